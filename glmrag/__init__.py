@@ -1,0 +1,1 @@
+"""glmrag: graph-based retrieval for multi-hop RAG."""

@@ -1,0 +1,45 @@
+"""Breadth-first traversals of a KG index, shared by subgraph selection and analyses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from glmrag.index.kg import KGIndex
+
+
+def bfs_distances(index: KGIndex, seeds: Iterable[int], cutoff: int = 10) -> dict[int, int]:
+    """Hop distance from the nearest seed to every entity within ``cutoff`` hops.
+
+    Edges are followed in both directions (a triple links its head and tail
+    either way), as in GLM-RAG App. D.1, whose depth analysis uses a BFS with
+    a cutoff of 10 hops. Entities farther than ``cutoff`` are absent.
+    """
+    adj = index.adjacency
+    dist = {int(s): 0 for s in seeds}
+    frontier = np.fromiter(dist.keys(), dtype=np.int64)
+    for hop in range(1, cutoff + 1):
+        if frontier.size == 0:
+            break
+        starts, ends = adj.indptr[frontier], adj.indptr[frontier + 1]
+        nxt = np.unique(np.concatenate([adj.neighbor[s:e] for s, e in zip(starts, ends)] or [np.empty(0, np.int64)]))
+        fresh = [int(v) for v in nxt if int(v) not in dist]
+        for v in fresh:
+            dist[v] = hop
+        frontier = np.asarray(fresh, dtype=np.int64)
+    return dist
+
+
+def neighbourhood_triples(index: KGIndex, seeds: Iterable[int], hops: int = 2) -> int:
+    """Number of distinct triples with an endpoint within ``hops - 1`` hops of a seed.
+
+    This is the size of the ``hops``-hop neighbourhood from which a subgraph is
+    selected; its terciles are the density groups of GLM-RAG Fig. 17.
+    """
+    adj = index.adjacency
+    inner = [v for v, d in bfs_distances(index, seeds, cutoff=max(hops - 1, 0)).items() if d <= hops - 1]
+    if not inner:
+        return 0
+    triples = np.concatenate([adj.triple[adj.edges_of(v)] for v in inner])
+    return int(np.unique(triples).size)

