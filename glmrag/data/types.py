@@ -120,6 +120,8 @@ class IngestReport:
     source: str
     counts: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+    """Measurements of the import that are not problems (e.g. gold resolution counts)."""
 
     def add(self, kind: str, example: str, max_examples: int = 5) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + 1

@@ -1,0 +1,248 @@
+"""Reading and checking shared by every benchmark importer.
+
+Every problem with an input file surfaces as a :class:`DataFormatError` that names
+the file, the record (``question 17 (id '2hop__...')``, ``line 3, column 9``) and
+what was expected there. Questions are numbered from 0 in file order; in JSON
+Lines files blank lines are skipped, so ``question i`` is the i-th record.
+
+Files ending in ``.xz`` are decompressed transparently (the embedded datasets are
+stored that way); all text must be UTF-8.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import os
+from pathlib import Path
+from typing import Any
+
+from glmrag.data.types import Corpus, DataFormatError, IngestReport, Passage
+
+PathLike = str | os.PathLike[str]
+
+
+class DataFileNotFoundError(DataFormatError, FileNotFoundError):
+    """An input file that does not exist (catchable as either parent)."""
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of ``value``'s type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        keys = list(value)[:5]
+        return f"an object (keys {keys})" if keys else "an empty object"
+    return type(value).__name__
+
+
+def read_text(path: PathLike) -> str:
+    """The UTF-8 text of ``path`` (``.xz`` decompressed); a leading BOM is dropped."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataFileNotFoundError(str(p), "file", "does not exist", "an existing file (check the path)")
+    data = lzma.decompress(p.read_bytes()) if p.suffix == ".xz" else p.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DataFormatError(
+            str(p),
+            f"byte {e.start} (line {line})",
+            f"is not valid UTF-8 ({e.reason}: {data[e.start : e.end]!r})",
+            "UTF-8 encoded text (re-save the file as UTF-8)",
+        ) from None
+
+
+def read_json(path: PathLike) -> Any:
+    """The parsed JSON document in ``path``; errors name the line and column."""
+    text = read_text(path)
+    if not text.strip():
+        raise DataFormatError(str(path), "whole file", "is empty", "a JSON document")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataFormatError(
+            str(path),
+            f"line {e.lineno}, column {e.colno}",
+            f"is not valid JSON ({e.msg})",
+            "one JSON document (for one record per line, name the file *.jsonl)",
+        ) from None
+
+
+def read_jsonl(path: PathLike) -> list[Any]:
+    """One parsed JSON value per non-blank line of ``path``."""
+    records = []
+    for n, line in enumerate(read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise DataFormatError(
+                str(path), f"line {n}, column {e.colno}", f"is not valid JSON ({e.msg})", "one JSON object per line"
+            ) from None
+    if not records:
+        raise DataFormatError(str(path), "whole file", "has no records", "one JSON object per line")
+    return records
+
+
+def read_records(path: PathLike, expected: str) -> list[Any]:
+    """The records of a question file: a JSON list, or JSON Lines when the name ends in ``.jsonl``."""
+    name = Path(path).name.removesuffix(".xz")
+    if name.endswith(".jsonl"):
+        return read_jsonl(path)
+    return require_list(read_json(path), path, expected)
+
+
+def require_list(data: Any, path: PathLike, expected: str) -> list[Any]:
+    """``data`` if it is a non-empty list, else an error about the file's top level."""
+    if not isinstance(data, list):
+        raise DataFormatError(str(path), "top level", f"is {json_type(data)}", f"a JSON list of {expected}")
+    if not data:
+        raise DataFormatError(str(path), "top level", "is an empty list", f"a JSON list of {expected}")
+    return data
+
+
+class Record:
+    """One JSON object of a benchmark file, with field access whose errors name file and record."""
+
+    def __init__(self, data: Any, path: PathLike, label: str, expected: str) -> None:
+        self.path, self.label = str(path), label
+        if not isinstance(data, dict):
+            raise self.error(f"is {json_type(data)}", expected)
+        self.data: dict[str, Any] = data
+
+    def error(self, problem: str, expected: str) -> DataFormatError:
+        return DataFormatError(self.path, self.label, problem, expected)
+
+    def get(self, keys: str | tuple[str, ...], kind: type | tuple[type, ...], expected: str, required: bool = True):
+        """The value of the first present key among ``keys``, checked to be of ``kind``.
+
+        Returns ``None`` for an absent (or null) optional field. ``bool`` never passes
+        for ``int``: a JSON ``true`` is not a sentence index.
+        """
+        keys = (keys,) if isinstance(keys, str) else keys
+        key = next((k for k in keys if self.data.get(k) is not None), None)
+        if key is None:
+            if required:
+                raise self.error(f"has no {' or '.join(map(repr, keys))}", expected)
+            return None
+        value = self.data[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
+            raise self.error(f"has {key!r} as {json_type(value)}", expected)
+        return value
+
+    def text(self, key: str, expected: str) -> str:
+        """A required string field that must not be blank."""
+        value = self.get(key, str, expected)
+        if not value.strip():
+            raise self.error(f"has an empty {key!r}", expected)
+        return value
+
+    def with_id(self, keys: tuple[str, ...] = ("id", "_id")) -> str:
+        """This record's question id (a string or integer), added to its label."""
+        qid = str(self.get(keys, str | int, "a question id (string)"))
+        self.label = f"{self.label} (id {qid!r})"
+        return qid
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else getattr(kind, "__args__", (kind,))
+
+
+def answers_of(rec: Record, required: bool = True) -> tuple[str, ...]:
+    """Gold answer first, then ``answer_aliases``, deduplicated in order.
+
+    ``answer`` may be a string or a list of strings (the first is the gold one,
+    the HippoRAG convention).
+    """
+    answer = rec.get("answer", str | list, "an answer (string or list of strings)", required=required)
+    if answer is None:
+        return ()
+    aliases = rec.get("answer_aliases", list, "a list of alias strings", required=False) or []
+    answers = ([answer] if isinstance(answer, str) else list(answer)) + list(aliases)
+    if not all(isinstance(a, str) for a in answers):
+        raise rec.error("has an answer or alias that is not a string", "answers as strings")
+    if required and not answers:
+        raise rec.error("has an empty answer list", "at least one answer string")
+    return tuple(dict.fromkeys(answers))
+
+
+class QuestionIds:
+    """Rejects a question id seen before, naming both records."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, str] = {}
+
+    def check(self, qid: str, rec: Record) -> None:
+        if qid in self._seen:
+            raise rec.error(f"repeats the id of {self._seen[qid]}", "a unique id per question")
+        self._seen[qid] = rec.label
+
+
+class CorpusBuilder:
+    """Collects passages in first-seen order, merging exact (title, text) duplicates.
+
+    Duplicates are counted in the report as ``duplicate_passage``. Where a format
+    names gold passages by title (``titles_are_ids``), one title carrying two
+    different texts is an error: the gold would be ambiguous.
+    """
+
+    def __init__(self, report: IngestReport, titles_are_ids: bool) -> None:
+        self.report, self.titles_are_ids = report, titles_are_ids
+        self._passages: dict[str, Passage] = {}
+        self._title: dict[str, tuple[str, str]] = {}  # title -> (passage id, where first seen)
+
+    def add(self, title: str, text: str, path: PathLike, where: str) -> str:
+        """Add a passage (or find its exact duplicate) and return its id."""
+        passage = Passage.make(title, text)
+        if passage.id in self._passages:
+            self.report.add("duplicate_passage", f"{title!r} ({where})")
+            return passage.id
+        first = self._title.get(title)
+        if first is not None and self.titles_are_ids:
+            raise DataFormatError(
+                str(path),
+                where,
+                f"gives title {title!r} a different text than {first[1]}",
+                "one text per title, since this format names gold passages by title",
+            )
+        self._passages[passage.id] = passage
+        self._title.setdefault(title, (passage.id, where))
+        return passage.id
+
+    def by_title(self, title: str) -> str | None:
+        """The id of the first passage with this title, if any."""
+        first = self._title.get(title)
+        return first[0] if first else None
+
+    @property
+    def titles(self) -> dict[str, str]:
+        return {t: pid for t, (pid, _) in self._title.items()}
+
+    def __contains__(self, pid: str) -> bool:
+        return pid in self._passages
+
+    def build(self, path: PathLike) -> Corpus:
+        if not self._passages:
+            raise DataFormatError(str(path), "corpus", "has no passages", "at least one {title, text} passage")
+        return Corpus(list(self._passages.values()))
+
+
+def read_title_text_corpus(path: PathLike, builder: CorpusBuilder, data: Any = None) -> None:
+    """Add every passage of a ``[{title, text}]`` corpus file (or its parsed ``data``) to ``builder``."""
+    data = read_json(path) if data is None else data
+    for i, raw in enumerate(require_list(data, path, "{title, text} passages")):
+        rec = Record(raw, path, f"passage {i}", "a {title, text} passage")
+        title = rec.get("title", str, "a title string")
+        text = rec.get(("text", "paragraph_text"), str, "a text string")
+        builder.add(title, text, path, rec.label)
