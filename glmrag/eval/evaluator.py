@@ -1,0 +1,275 @@
+"""One evaluator for every retriever: per-question metrics, CIs, breakdowns, tests.
+
+:func:`evaluate` takes the :class:`~glmrag.retrievers.base.Ranking` lists of
+several systems on the same questions and returns an :class:`EvalResult`;
+:func:`~glmrag.eval.report.write_outputs` (re-exported here) writes it as
+``metrics.json``, ``per_question.jsonl`` and ``results.md``.
+
+Questions without gold passages have no retrieval metrics and are excluded
+from them (and from the groupings), but counted; QA metrics, when predicted
+answers are given, cover every question.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from glmrag.data.types import Question
+from glmrag.eval import breakdowns as bd
+from glmrag.eval.metrics import DEFAULT_KS, qa_metrics, retrieval_metric_names, retrieval_metrics
+from glmrag.eval.report import format_markdown, write_outputs  # re-exported
+from glmrag.eval.significance import LEVEL, N_BOOT, Comparison, Interval, bootstrap_ci, compare_to_reference
+from glmrag.index.kg import KGIndex
+from glmrag.retrievers.base import Ranking
+
+__all__ = ["EvalResult", "evaluate", "format_markdown", "write_outputs"]
+
+QA_METRICS = ("em", "f1")
+ANALYSIS_METRICS = ("entity_cosine", "entity_hops")
+GROUPINGS = ("n_supporting", "hops", "depth", "density")
+TOP_PASSAGES = 10
+"""Ranked passage ids kept per question in ``per_question.jsonl`` (more if a k is larger)."""
+
+
+@dataclass
+class EvalResult:
+    """Everything :func:`evaluate` measured; plain data, written by :mod:`glmrag.eval.report`."""
+
+    systems: list[str]
+    reference: str | None
+    ks: tuple[int, ...]
+    question_ids: list[str]
+    """All questions, in the order given."""
+    per_question: dict[str, list[dict]]
+    """System -> one row per question (question order): ids, top passages, buckets, metrics (None = undefined)."""
+    overall: dict[str, dict[str, Interval]]
+    """System -> metric -> mean with 95% paired bootstrap CI over the questions where it is defined."""
+    breakdowns: dict[str, dict[str, dict[str, dict]]]
+    """Grouping -> system -> bucket -> {"n": size, metric: mean}, over questions with gold passages."""
+    significance: list[Comparison]
+    """Paired tests of each system vs the reference, Holm-corrected (empty without a reference)."""
+    counts: dict[str, int]
+    """``questions``, ``evaluated`` (with gold passages) and ``excluded_no_gold``."""
+    metric_names: list[str]
+    """Metrics present, in report order."""
+    settings: dict = field(default_factory=dict)
+    """n_boot, seed, level, test, tested metrics, entity_k: what a reader needs to reproduce the numbers."""
+
+
+def _align(
+    rankings_by_system: Mapping[str, Sequence[Ranking]], questions: Sequence[Question]
+) -> dict[str, list[Ranking]]:
+    """Each system's rankings in question order; raises unless every system covers exactly the questions."""
+    if not rankings_by_system:
+        raise ValueError("evaluate() needs rankings of at least one system")
+    qids = [q.id for q in questions]
+    if len(set(qids)) != len(qids):
+        dup = next(q for q in qids if qids.count(q) > 1)
+        raise ValueError(f"question id {dup!r} occurs more than once in the questions; ids must be unique")
+    wanted = set(qids)
+    aligned: dict[str, list[Ranking]] = {}
+    for system, rankings in rankings_by_system.items():
+        by_id: dict[str, Ranking] = {}
+        for r in rankings:
+            if r.question_id in by_id:
+                raise ValueError(f"system {system!r} has two rankings for question {r.question_id!r}; give one")
+            by_id[r.question_id] = r
+        missing, extra = sorted(wanted - by_id.keys()), sorted(by_id.keys() - wanted)
+        if missing or extra:
+            raise ValueError(
+                f"system {system!r} has rankings for {len(by_id)} questions, {len(missing)} of the {len(qids)} "
+                f"questions missing (e.g. {missing[:3]}) and {len(extra)} unknown (e.g. {extra[:3]}); all "
+                "systems must be ranked on the same questions: rerun them on one question set or subset it first"
+            )
+        aligned[system] = [by_id[q] for q in qids]
+    return aligned
+
+
+def _question_vectors(question_embeddings, questions: Sequence[Question]) -> list[np.ndarray | None]:
+    if question_embeddings is None:
+        return [None] * len(questions)
+    if isinstance(question_embeddings, Mapping):
+        return [question_embeddings.get(q.id) for q in questions]
+    emb = np.asarray(question_embeddings)
+    if emb.ndim != 2 or emb.shape[0] != len(questions):
+        raise ValueError(
+            f"question_embeddings has shape {emb.shape}; expected ({len(questions)}, d), a row per question"
+        )
+    return list(emb)
+
+
+def _check_answers(answers_by_system: Mapping[str, Mapping[str, str]], systems: Sequence[str], qids: list[str]) -> None:
+    for system, answers in answers_by_system.items():
+        if system not in systems:
+            raise ValueError(f"answers given for system {system!r}, which has no rankings; systems are {list(systems)}")
+        missing = [q for q in qids if q not in answers]
+        if missing:
+            raise ValueError(
+                f"system {system!r} lacks predicted answers for {len(missing)} questions (e.g. {missing[:3]})"
+            )
+
+
+@dataclass(frozen=True)
+class _Context:
+    """Per-question facts shared by all systems."""
+
+    index: KGIndex
+    ks: tuple[int, ...]
+    features: list[bd.QuestionFeatures]
+    density_label: dict[int, str]
+    distances: list[dict[int, int]]
+    q_vectors: list[np.ndarray | None]
+    entity_k: int
+
+
+def _system_rows(
+    system: str,
+    questions: Sequence[Question],
+    rankings: Sequence[Ranking],
+    answers: Mapping[str, str] | None,
+    ctx: _Context,
+) -> list[dict]:
+    """One row per question: ids, top passages, buckets and every metric (None where undefined)."""
+    retrieval_names = retrieval_metric_names(ctx.ks)
+    top_n = max(TOP_PASSAGES, max(ctx.ks, default=0))
+    rows = []
+    for i, (q, r) in enumerate(zip(questions, rankings, strict=True)):
+        f = ctx.features[i]
+        row: dict = {
+            "system": system,
+            "question_id": q.id,
+            "top_passages": list(r.passage_ids[:top_n]),
+            "n_supporting": f.n_supporting,
+            "hops": f.hops,
+            "depth": f.depth,
+            "depth_bucket": f.depth_bucket,
+            "density": f.density,
+            "density_bucket": ctx.density_label.get(i),
+        }
+        retrieval = retrieval_metrics(r.passage_ids, q.supporting, ctx.ks) if q.supporting else {}
+        row.update({m: retrieval.get(m) for m in retrieval_names})
+        qa = qa_metrics(answers[q.id], q.answers) if answers is not None else {}
+        row.update({m: qa.get(m) for m in QA_METRICS})
+        vector = ctx.q_vectors[i]
+        row["entity_cosine"] = None if vector is None else bd.entity_cosine(r, vector, ctx.index, k=ctx.entity_k)
+        row["entity_hops"] = bd.entity_hop_distance(r, ctx.index, k=ctx.entity_k, distances=ctx.distances[i])
+        rows.append(row)
+    return rows
+
+
+def _defined_scores(rows: Sequence[dict], names: Sequence[str]) -> dict[str, np.ndarray]:
+    """Metric -> (n_defined,) values over the rows where it is defined; metrics defined nowhere are left out."""
+    scores = {m: np.array([row[m] for row in rows if row[m] is not None], dtype=np.float64) for m in names}
+    return {m: v for m, v in scores.items() if v.size}
+
+
+def evaluate(
+    rankings_by_system: Mapping[str, Sequence[Ranking]],
+    questions: Sequence[Question],
+    index: KGIndex,
+    ks: Sequence[int] = DEFAULT_KS,
+    reference: str | None = None,
+    question_embeddings: np.ndarray | Mapping[str, np.ndarray] | None = None,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    answers_by_system: Mapping[str, Mapping[str, str]] | None = None,
+    test_metrics: Sequence[str] | None = None,
+    test: str = "bootstrap",
+    entity_k: int = bd.ENTITY_K,
+) -> EvalResult:
+    """Measure every system on the same questions.
+
+    Args:
+        rankings_by_system: system name -> one Ranking per question (any order).
+        questions: the evaluated questions; rankings must cover exactly these.
+        index: the KG index the rankings were made on (seeds, entity graph, embeddings).
+        ks: cut-offs of the @k metrics.
+        reference: system every other one is tested against (GLM-RAG App. H); None: no tests.
+        question_embeddings: (Q, d) rows in question order, or question id -> (d,), for the
+            entity-cosine measure (§6.1); None skips it.
+        n_boot, seed: bootstrap resamples and seed, shared by all CIs and tests (so they are paired).
+        answers_by_system: system -> question id -> predicted answer; adds EM and F1.
+        test_metrics: metrics tested against the reference; default Recall@2 and Recall@5
+            (App. H, Table 22), or Recall@ks[0] when neither k is evaluated.
+        test: "bootstrap" (App. H) or "permutation".
+        entity_k: top-k retrieved entities of the analysis measures.
+    """
+    ks = tuple(sorted(set(int(k) for k in ks)))
+    if not ks or ks[0] < 1:
+        raise ValueError(f"ks must be positive cut-offs, got {ks}")
+    aligned = _align(rankings_by_system, questions)
+    systems = list(aligned)
+    if reference is not None and reference not in aligned:
+        raise ValueError(f"reference system {reference!r} has no rankings; systems are {systems}")
+    qids = [q.id for q in questions]
+    answers_by_system = answers_by_system or {}
+    _check_answers(answers_by_system, systems, qids)
+    q_vectors = _question_vectors(question_embeddings, questions)
+
+    distances = [bd.seed_distances(index, q.id) for q in questions]
+    features = bd.question_features(questions, index, distances)
+    evaluated = [i for i, q in enumerate(questions) if q.supporting]
+    density_label = dict(zip(evaluated, bd.density_terciles([features[i].density for i in evaluated]), strict=True))
+
+    context = _Context(index, ks, features, density_label, distances, q_vectors, entity_k)
+    per_question = {
+        system: _system_rows(system, questions, rankings, answers_by_system.get(system), context)
+        for system, rankings in aligned.items()
+    }
+    names = retrieval_metric_names(ks) + (list(QA_METRICS) if answers_by_system else []) + list(ANALYSIS_METRICS)
+    # Same seed and same n => same resamples, so each metric's CIs are paired across systems.
+    scores = {s: _defined_scores(rows, names) for s, rows in per_question.items()}
+    overall = {
+        s: {m: bootstrap_ci(v, n_boot, seed) for m, v in metric_scores.items()} for s, metric_scores in scores.items()
+    }
+    names = [m for m in names if any(m in overall[s] for s in systems)]
+
+    grouped: dict[str, dict[str, dict[str, dict]]] = {g: {} for g in GROUPINGS}
+    buckets = {
+        "n_supporting": [features[i].supporting_bucket for i in evaluated],
+        "hops": [features[i].hops_bucket for i in evaluated],
+        "depth": [features[i].depth_bucket for i in evaluated],
+        "density": [density_label[i] for i in evaluated],
+    }
+    for s, rows in per_question.items():
+        values = {m: [rows[i][m] for i in evaluated] for m in names}
+        for g in GROUPINGS:
+            grouped[g][s] = bd.group_means(values, buckets[g])
+
+    if test_metrics is None:
+        test_metrics = [f"recall@{k}" for k in (2, 5) if k in ks] or [f"recall@{ks[0]}"]
+    significance = []
+    if reference is not None:
+        # Analysis measures are defined on system-dependent questions, so they cannot be paired.
+        testable = [m for m in names if m not in ANALYSIS_METRICS]
+        unknown = [m for m in test_metrics if m not in testable]
+        if unknown:
+            raise ValueError(f"test_metrics {unknown} cannot be tested; metrics on shared questions are {testable}")
+        significance = compare_to_reference(scores, reference, test_metrics, n_boot, seed, test)
+
+    return EvalResult(
+        systems=systems,
+        reference=reference,
+        ks=ks,
+        question_ids=qids,
+        per_question=per_question,
+        overall=overall,
+        breakdowns=grouped,
+        significance=significance,
+        counts={"questions": len(qids), "evaluated": len(evaluated), "excluded_no_gold": len(qids) - len(evaluated)},
+        metric_names=names,
+        settings={
+            "n_boot": n_boot,
+            "seed": seed,
+            "level": LEVEL,
+            "test": test,
+            "tested_metrics": list(test_metrics),
+            "correction": "holm-bonferroni",
+            "entity_k": entity_k,
+            "bfs_cutoff": bd.BFS_CUTOFF,
+            "density_hops": bd.DENSITY_HOPS,
+        },
+    )

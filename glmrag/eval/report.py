@@ -1,0 +1,182 @@
+"""Writing an :class:`~glmrag.eval.evaluator.EvalResult`: JSON, JSONL and a Markdown table.
+
+``write_outputs`` writes three files, each atomically (a temporary file in the
+same folder, then ``os.replace``), so a reader never sees half a file:
+
+- ``metrics.json``: counts, settings, overall means with CIs per system,
+  breakdowns, and the significance table against the reference;
+- ``per_question.jsonl``: one line per system x question;
+- ``results.md``: :func:`format_markdown`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from glmrag.eval.significance import Interval
+
+if TYPE_CHECKING:
+    from glmrag.eval.evaluator import EvalResult
+
+_LABELS = {"mrr": "MRR", "em": "EM", "f1": "F1", "entity_cosine": "Entity cos", "entity_hops": "Entity hops"}
+
+
+def _label(metric: str) -> str:
+    if metric in _LABELS:
+        return _LABELS[metric]
+    name, _, k = metric.partition("@")
+    return {
+        "recall": f"Recall@{k}",
+        "filtered_recall": f"Filtered R@{k}",
+        "hits": f"Hits@{k}",
+        "all": f"All@{k}",
+    }.get(name, metric)
+
+
+def _table_metrics(result: EvalResult) -> list[str]:
+    """Columns of the main table: Recall@2/@5 with CIs, filtered Recall@2/@5, Hits@5, All@5, MRR, EM, F1."""
+    ks = [k for k in (2, 5) if k in result.ks] or list(result.ks[:2])
+    k_single = 5 if 5 in result.ks else ks[-1]
+    wanted = (
+        [f"recall@{k}" for k in ks]
+        + [f"filtered_recall@{k}" for k in ks]
+        + [f"hits@{k_single}", f"all@{k_single}", "mrr", "em", "f1"]
+    )
+    return [m for m in wanted if m in result.metric_names]
+
+
+def _cell(interval: Interval | None, with_ci: bool, scale: float = 100.0, digits: int = 1) -> str:
+    if interval is None:
+        return "–"
+    mean = f"{interval.mean * scale:.{digits}f}"
+    if not with_ci:
+        return mean
+    return f"{mean} [{interval.low * scale:.{digits}f}, {interval.high * scale:.{digits}f}]"
+
+
+def format_markdown(result: EvalResult) -> str:
+    """A Markdown report: one row per system, Recall@2/@5 with 95% CIs, filtered recall labelled as
+    such, Hits/All@5, MRR (and EM/F1 when answers were given); App. H markers on tested metrics;
+    a second table of the §6 analysis measures when any system has them."""
+    # Escaped so that a lone ``**`` is not read as Markdown emphasis.
+    markers = {(c.system, c.metric): c.marker.replace("*", "\\*") for c in result.significance}
+    metrics = _table_metrics(result)
+    with_ci = {m for m in metrics if m.startswith("recall@") or m in ("em", "f1")}
+    lines = [
+        "| System | " + " | ".join(_label(m) for m in metrics) + " |",
+        "|---|" + "---:|" * len(metrics),
+    ]
+    for system in result.systems:
+        name = f"{system} (ref)" if system == result.reference else system
+        cells = [_cell(result.overall[system].get(m), m in with_ci) + markers.get((system, m), "") for m in metrics]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+
+    c = result.counts
+    notes = [
+        f"{c['evaluated']} questions with gold passages ({c['excluded_no_gold']} without gold excluded from "
+        f"retrieval metrics; QA metrics over all {c['questions']}). Values ×100; brackets: "
+        f"{result.settings.get('level', 0.95):.0%} bootstrap CI ({result.settings.get('n_boot')} resamples).",
+        "Filtered R@k (GFM-RAG's training-time metric) ranks each gold passage only against the non-gold "
+        "passages and overstates recall; it is not comparable with Recall@k.",
+    ]
+    if result.reference is not None:
+        tested = ", ".join(_label(m) for m in result.settings.get("tested_metrics", []))
+        notes.append(
+            f"Paired {result.settings.get('test', 'bootstrap')} test vs {result.reference} on {tested}, "
+            f"Holm-Bonferroni corrected over {len(result.significance)} comparisons (GLM-RAG App. H): "
+            f"\\*/\\*\\*/\\*\\*\\* = {result.reference} significantly better (p < .05/.01/.001), "
+            f"† = significantly worse."
+        )
+    lines += [""] + [f"{n}  " for n in notes[:-1]] + [notes[-1]]
+
+    analysis = [m for m in ("entity_cosine", "entity_hops") if m in result.metric_names]
+    if analysis:
+        lines += ["", "| System | " + " | ".join(_label(m) for m in analysis) + " |", "|---|" + "---:|" * len(analysis)]
+        for system in result.systems:
+            cells = [_cell(result.overall[system].get(m), False, scale=1.0, digits=3) for m in analysis]
+            lines.append(f"| {system} | " + " | ".join(cells) + " |")
+        lines += [
+            "",
+            f"Analysis measures (GLM-RAG §6, App. G) over the top-{result.settings.get('entity_k')} retrieved "
+            "entities: mean question-entity cosine, and mean hop distance from the seeds over reachable "
+            f"entities (BFS cutoff {result.settings.get('bfs_cutoff')}); – = the system returns no entities.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _clean(value):
+    """JSON-safe copy: NaN/inf -> None, tuples -> lists, Intervals -> dicts."""
+    if isinstance(value, Interval):
+        return _clean(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def metrics_json(result: EvalResult) -> dict:
+    """The content of ``metrics.json`` as a JSON-safe dict."""
+    return _clean(
+        {
+            "systems": result.systems,
+            "reference": result.reference,
+            "ks": result.ks,
+            "counts": result.counts,
+            "settings": result.settings,
+            "metrics": result.metric_names,
+            "overall": result.overall,
+            "breakdowns": result.breakdowns,
+            "significance": [
+                {
+                    "system": c.system,
+                    "reference": c.reference,
+                    "metric": c.metric,
+                    "diff": c.diff,
+                    "p_value": c.p_value,
+                    "p_holm": c.p_holm,
+                    "marker": c.marker,
+                }
+                for c in result.significance
+            ],
+        }
+    )
+
+
+def write_outputs(result: EvalResult, output_dir: str | os.PathLike) -> dict[str, Path]:
+    """Write ``metrics.json``, ``per_question.jsonl`` and ``results.md`` into ``output_dir``
+    (created if needed), each atomically; returns their paths by file name."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {name: out / name for name in ("metrics.json", "per_question.jsonl", "results.md")}
+    _atomic_write(paths["metrics.json"], json.dumps(metrics_json(result), indent=2, allow_nan=False) + "\n")
+    lines = [
+        json.dumps(_clean(row), allow_nan=False, ensure_ascii=False)
+        for system in result.systems
+        for row in result.per_question[system]
+    ]
+    _atomic_write(paths["per_question.jsonl"], "\n".join(lines) + "\n")
+    _atomic_write(paths["results.md"], format_markdown(result))
+    return paths
