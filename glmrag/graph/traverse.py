@@ -43,3 +43,19 @@ def neighbourhood_triples(index: KGIndex, seeds: Iterable[int], hops: int = 2) -
         return 0
     triples = np.concatenate([adj.triple[adj.edges_of(v)] for v in inner])
     return int(np.unique(triples).size)
+
+
+def incident_edges(indptr: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """Positions in a CSR edge list of every edge leaving ``nodes``, node by node, in CSR order.
+
+    Vectorised gather (no Python loop over nodes): use it with
+    ``KGIndex.adjacency.indptr`` and index ``neighbor`` / ``triple`` with the result.
+
+    Shapes: ``indptr`` (E + 1,), ``nodes`` (N,) -> (sum of the N degrees,) int64.
+    """
+    nodes = np.asarray(nodes, dtype=np.int64)
+    starts = indptr[nodes]
+    lengths = indptr[nodes + 1] - starts
+    # each node's block starts at its CSR offset; subtract where the block starts in the output
+    block_start = np.cumsum(lengths) - lengths
+    return np.repeat(starts - block_start, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
