@@ -17,18 +17,17 @@ def bfs_distances(index: KGIndex, seeds: Iterable[int], cutoff: int = 10) -> dic
     a cutoff of 10 hops. Entities farther than ``cutoff`` are absent.
     """
     adj = index.adjacency
-    dist = {int(s): 0 for s in seeds}
-    frontier = np.fromiter(dist.keys(), dtype=np.int64)
+    dist = np.full(index.num_entities, -1, dtype=np.int64)
+    frontier = np.unique(np.fromiter((int(s) for s in seeds), dtype=np.int64))
+    dist[frontier] = 0
     for hop in range(1, cutoff + 1):
         if frontier.size == 0:
             break
-        starts, ends = adj.indptr[frontier], adj.indptr[frontier + 1]
-        nxt = np.unique(np.concatenate([adj.neighbor[s:e] for s, e in zip(starts, ends)] or [np.empty(0, np.int64)]))
-        fresh = [int(v) for v in nxt if int(v) not in dist]
-        for v in fresh:
-            dist[v] = hop
-        frontier = np.asarray(fresh, dtype=np.int64)
-    return dist
+        reached = np.unique(adj.neighbor[incident_edges(adj.indptr, frontier)])
+        frontier = reached[dist[reached] < 0]
+        dist[frontier] = hop
+    found = np.flatnonzero(dist >= 0)
+    return dict(zip(found.tolist(), dist[found].tolist(), strict=True))
 
 
 def neighbourhood_triples(index: KGIndex, seeds: Iterable[int], hops: int = 2) -> int:
