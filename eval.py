@@ -1,0 +1,19 @@
+"""Evaluate retrievers on a dataset with the shared evaluator.
+
+    python eval.py                                   # dense vs PPR on the embedded MuSiQue set
+    python eval.py data=2wiki_test retriever=[ppr] data.limit=100 output_dir=outputs/2wiki
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+from glmrag.pipeline import run_eval
+
+
+@hydra.main(version_base="1.3", config_path="configs", config_name="eval")
+def main(cfg: DictConfig) -> None:
+    run_eval(cfg)
+
+
+if __name__ == "__main__":
+    main()
