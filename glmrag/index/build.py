@@ -1,0 +1,231 @@
+"""Build a :class:`~glmrag.index.kg.KGIndex` from a corpus, its questions and an extractor.
+
+The stages follow GFM-RAG's KG-index construction, which GLM-RAG reuses
+(GLM-RAG §4.1 and Table 14: OpenIE, then entity resolution): extract, normalise
+phrases, collect vocabularies and triples, add ``equivalent`` edges between
+entities whose embeddings are close (GFM-RAG ``kg_constructor``:
+``threshold: 0.8``, ``max_sim_neighbors: 100``, only for phrases of more than
+two letters/digits), then link question mentions to entities. Deliberate
+departures: every distinct ``(head, relation, tail)`` is kept (GFM-RAG's
+``{(h, t): r}`` dict keeps only the last relation of a pair); the embedding
+model is MiniLM instead of ColBERTv2, so everything runs offline; and since
+MiniLM scores "14 october 1950" and "22 august 1951" (or "75 proof" and
+"80 proof") above 0.8, entities whose numbers differ are not made synonyms
+(``synonym_same_numbers``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+import scipy.sparse as sp
+
+from glmrag.data.types import Corpus, QASet, Question
+from glmrag.index.embed import DEFAULT_MODEL, Embedder
+from glmrag.index.extractors.base import Extractor, PassageExtraction
+from glmrag.index.extractors.spacy_extractor import DEFAULT_SPACY_MODEL
+from glmrag.index.kg import SYNONYM_RELATION, KGIndex
+from glmrag.index.normalize import alnum_count, normalize_phrase
+from glmrag.index.resolve import link_mentions, question_mentions, synonym_pairs
+
+FORMAT_VERSION = 1
+"""Version of the index layout; bump it when the meaning or files of an index change."""
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """Everything besides the extractor that decides what :func:`build_index` produces."""
+
+    synonym_threshold: float = 0.8
+    """Cosine at or above which an ``equivalent`` edge is added (GFM-RAG ``threshold``)."""
+    synonym_top_k: int = 100
+    """At most this many synonym edges leave one entity (GFM-RAG ``max_sim_neighbors``); 0 adds none."""
+    synonym_min_chars: int = 3
+    """Entities with fewer letters and digits get no outgoing synonym edges (GFM-RAG: more than two)."""
+    synonym_same_numbers: bool = True
+    """Only entities with the same numbers (digit runs, as a multiset) can be synonyms."""
+    embed_model: str | None = DEFAULT_MODEL
+    """Entity and mention embedding model; None: no embeddings, no synonyms, exact-match question links."""
+    spacy_model: str = DEFAULT_SPACY_MODEL
+    """spaCy pipeline that finds the mentions of a question."""
+    link_min_score: float = 0.0
+    """Question links below this cosine are dropped, except a question's best link."""
+    include_isolated_entities: bool = True
+    """Keep extracted entities that are in no triple; False gives GFM-RAG's set (triple endpoints only)."""
+
+    def __post_init__(self) -> None:
+        if not -1.0 <= self.synonym_threshold <= 1.0:
+            raise ValueError(f"synonym_threshold is a cosine in [-1, 1], got {self.synonym_threshold}")
+        if self.synonym_top_k < 0 or self.synonym_min_chars < 0:
+            raise ValueError(
+                f"synonym_top_k and synonym_min_chars must be >= 0, got {self.synonym_top_k}, {self.synonym_min_chars}"
+            )
+        if not -1.0 <= self.link_min_score <= 1.0:
+            raise ValueError(f"link_min_score is a cosine in [-1, 1], got {self.link_min_score}")
+        if self.embed_model is not None and not self.embed_model:
+            raise ValueError("embed_model must be a model name or path, or None for no embeddings")
+
+
+def _jsonable(obj) -> dict:
+    """``obj`` as it reads back from JSON (tuples become lists), so saved and built manifests compare equal."""
+    return json.loads(json.dumps(obj))
+
+
+def expected_manifest(
+    corpus: Corpus, questions: QASet | Sequence[Question], extractor: Extractor, settings: IndexSettings
+) -> dict:
+    """The manifest entries an index built from these inputs must carry (what ``load_index(expect=...)`` checks)."""
+    qa = questions if isinstance(questions, QASet) else QASet(list(questions))
+    return _jsonable(
+        {
+            "format_version": FORMAT_VERSION,
+            "corpus_hash": corpus.content_hash(),
+            "questions_hash": qa.content_hash(),
+            "extractor": extractor.describe(),
+            "settings": asdict(settings),
+        }
+    )
+
+
+def _normalise(extractions: list[PassageExtraction], report: dict[str, int]):
+    """Normalised ``(entities, triples)`` per passage; parts that normalise to "" are dropped and counted."""
+    out = []
+    for ex in extractions:
+        entities = [n for e in ex.entities if (n := normalize_phrase(e))]
+        report["entities_empty_after_normalize"] += len(ex.entities) - len(entities)
+        triples = []
+        for triple in ex.triples:
+            norm = tuple(normalize_phrase(part) for part in triple)
+            if all(norm):
+                triples.append(norm)
+            else:
+                report["triples_empty_after_normalize"] += 1
+        out.append((entities, triples))
+    return out
+
+
+def _entity_passages(per_passage, entity_id: dict[str, int], n_passages: int) -> sp.csr_matrix:
+    """(E, P) binary map: the passage's extracted entities (if in the vocabulary) and its triple endpoints."""
+    rows, cols = [], []
+    for p, (entities, triples) in enumerate(per_passage):
+        names = {*entities, *(t[0] for t in triples), *(t[2] for t in triples)}
+        ids = [entity_id[n] for n in names if n in entity_id]
+        rows.extend(ids)
+        cols.extend([p] * len(ids))
+    data = np.ones(len(rows), dtype=np.float32)
+    return sp.csr_matrix((data, (rows, cols)), shape=(len(entity_id), n_passages))
+
+
+def number_groups(entities: Sequence[str]) -> np.ndarray:
+    """(E,) int64 group id per entity: equal ids iff the entities contain the same digit runs (as a multiset)."""
+    ids: dict[tuple[str, ...], int] = {}
+    return np.array([ids.setdefault(tuple(sorted(re.findall(r"\d+", e))), len(ids)) for e in entities], dtype=np.int64)
+
+
+def _resolve_embedder(embedder: Embedder | None, settings: IndexSettings) -> Embedder | None:
+    if embedder is None:
+        return Embedder(settings.embed_model) if settings.embed_model is not None else None
+    if embedder.model_name != settings.embed_model:
+        raise ValueError(
+            f"the embedder uses {embedder.model_name!r} but settings.embed_model is {settings.embed_model!r}; "
+            "pass IndexSettings(embed_model=...) matching the embedder (or no embedder)"
+        )
+    return embedder
+
+
+def build_index(
+    corpus: Corpus,
+    questions: QASet | Sequence[Question],
+    extractor: Extractor,
+    embedder: Embedder | None = None,
+    settings: IndexSettings | None = None,
+) -> KGIndex:
+    """Extract, normalise, resolve and link: the KG index of ``corpus`` for ``questions``.
+
+    Entities and relations are the sorted sets of normalised phrases (so ids do
+    not depend on passage order; ``equivalent`` is always a relation). Triples
+    are the sorted distinct ``(h, r, t)`` rows, synonym edges included. With
+    ``embedder`` None, one is made from ``settings.embed_model`` (or none when
+    that is None); an embedder of another model is an error. The manifest
+    records the inputs' hashes, extractor, settings, counts and timings.
+    """
+    settings = settings or IndexSettings()
+    qa = list(questions)
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+
+    extractions = extractor.extract(corpus)
+    if [ex.passage_id for ex in extractions] != corpus.ids:
+        raise ValueError(f"{extractor!r} returned extractions that are not one per passage in corpus order")
+    timings["extract"] = time.perf_counter() - t0
+    report = dict(extractor.report) | {"entities_empty_after_normalize": 0, "triples_empty_after_normalize": 0}
+    per_passage = _normalise(extractions, report)
+
+    names = {n for _, triples in per_passage for t in triples for n in (t[0], t[2])}
+    if settings.include_isolated_entities:
+        names.update(e for entities, _ in per_passage for e in entities)
+    entities = sorted(names)
+    entity_id = {e: i for i, e in enumerate(entities)}
+    relations = sorted({t[1] for _, triples in per_passage for t in triples} | {SYNONYM_RELATION})
+    relation_id = {r: i for i, r in enumerate(relations)}
+    extracted = {(entity_id[h], relation_id[r], entity_id[t]) for _, triples in per_passage for h, r, t in triples}
+
+    t1 = time.perf_counter()
+    embedder = _resolve_embedder(embedder, settings)
+    emb = embedder.encode(entities) if embedder is not None else None
+    timings["embed_entities"] = time.perf_counter() - t1
+
+    t1 = time.perf_counter()
+    synonyms: set[tuple[int, int, int]] = set()
+    if emb is not None and settings.synonym_top_k > 0 and len(entities):
+        eligible = np.array([alnum_count(e) >= settings.synonym_min_chars for e in entities])
+        groups = number_groups(entities) if settings.synonym_same_numbers else None
+        pairs, _ = synonym_pairs(emb, settings.synonym_threshold, settings.synonym_top_k, eligible, groups)
+        eq = relation_id[SYNONYM_RELATION]
+        synonyms = {(int(i), eq, int(j)) for i, j in pairs} - extracted
+    timings["synonyms"] = time.perf_counter() - t1
+    triples = np.array(sorted(extracted | synonyms), dtype=np.int64).reshape(-1, 3)
+
+    t1 = time.perf_counter()
+    question_links = {}
+    if qa and entities:
+        mentions = question_mentions(qa, settings.spacy_model)
+        encode = embedder.encode if embedder is not None else None
+        links = link_mentions(mentions, entities, emb, encode, settings.link_min_score)
+        question_links = {q.id: ls for q, ls in zip(qa, links, strict=True)}
+    timings["link_questions"] = time.perf_counter() - t1
+    timings["total"] = time.perf_counter() - t0
+
+    entity_passages = _entity_passages(per_passage, entity_id, len(corpus))
+    counts = {
+        "entities": len(entities),
+        "relations": len(relations),
+        "triples": len(triples),
+        "extracted_triples": len(extracted),
+        "synonym_edges": len(synonyms),
+        "passages": len(corpus),
+        "passages_without_entities": int((np.diff(entity_passages.tocsc().indptr) == 0).sum()),
+        "questions": len(qa),
+        "questions_linked": sum(bool(ls) for ls in question_links.values()),
+    }
+    manifest = expected_manifest(corpus, qa, extractor, settings) | _jsonable(
+        {
+            "embedder": embedder.model_name if embedder is not None else None,
+            "counts": counts,
+            "extraction_report": report,
+            "timings_s": {k: round(v, 3) for k, v in timings.items()},
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+    )
+    return KGIndex(entities, relations, triples, corpus.ids, entity_passages, emb, question_links, manifest)
+
+
+def supporting_entities(index: KGIndex, question: Question) -> list[int]:
+    """Sorted ids of the entities of the question's gold supporting passages (GFM-RAG's training targets)."""
+    return index.entities_of_passages(list(question.supporting))

@@ -1,0 +1,275 @@
+"""Save and load a :class:`~glmrag.index.kg.KGIndex` as a folder of open formats.
+
+Layout (no pickle anywhere; every array loads with ``allow_pickle=False``)::
+
+    manifest.json          what built the index + format_version + sha256 of every file below
+    entities.json          ["entity phrase", ...]           position = entity id
+    relations.json         ["relation phrase", ...]         position = relation id
+    passage_ids.json       ["p...", ...]                    position = passage column
+    triples.npy            (T, 3) int64 (head, relation, tail)
+    adjacency.npz          indptr (E+1,), neighbor, edge_type, triple (2T,) int64: both directions,
+                           reversed edges typed relation + R (``inverse_<r>``), see kg.Adjacency
+    entity_passages.npz    CSR of the (E, P) binary map: indptr, indices, shape
+    entity_embeddings.npy  (E, d) float32, only when the index has embeddings
+    question_links.jsonl   {"question_id", "links": [{"mention", "entity", "score"}]} per line
+
+A save writes a temporary sibling folder, fsyncs it and renames it into
+place, so the final name only ever holds a complete index. Replacing an
+existing index moves the old one aside first; a crash between the two
+renames leaves no index under the final name (and the old one in a
+``.<name>.old-*`` sibling), never a mixed one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from glmrag.data.types import Corpus, QASet, Question
+from glmrag.index.build import FORMAT_VERSION, IndexSettings, build_index, expected_manifest
+from glmrag.index.embed import Embedder
+from glmrag.index.extractors.base import Extractor
+from glmrag.index.kg import Adjacency, EntityLink, KGIndex
+
+log = logging.getLogger(__name__)
+MANIFEST = "manifest.json"
+
+
+class StaleIndexError(RuntimeError):
+    """The folder holds no usable index for this request: missing, corrupt, of another format or other inputs."""
+
+
+def _npy(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    return buf.getvalue()
+
+
+def _npz(**arrays: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def _json(obj) -> bytes:
+    return json.dumps(obj, ensure_ascii=False).encode()
+
+
+def _write(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _files_of(index: KGIndex) -> dict[str, bytes]:
+    """The serialised files of ``index`` except the manifest."""
+    adj = index.adjacency
+    ep = index.entity_passages
+    files = {
+        "entities.json": _json(index.entities),
+        "relations.json": _json(index.relations),
+        "passage_ids.json": _json(index.passage_ids),
+        "triples.npy": _npy(index.triples),
+        "adjacency.npz": _npz(indptr=adj.indptr, neighbor=adj.neighbor, edge_type=adj.edge_type, triple=adj.triple),
+        "entity_passages.npz": _npz(
+            indptr=ep.indptr.astype(np.int64),
+            indices=ep.indices.astype(np.int64),
+            shape=np.array(ep.shape, dtype=np.int64),
+        ),
+        "question_links.jsonl": "".join(
+            json.dumps({"question_id": qid, "links": [vars(link) for link in links]}, ensure_ascii=False) + "\n"
+            for qid, links in index.question_links.items()
+        ).encode(),
+    }
+    if index.entity_embeddings is not None:
+        files["entity_embeddings.npy"] = _npy(np.asarray(index.entity_embeddings, dtype=np.float32))
+    return files
+
+
+def save_index(index: KGIndex, folder: str | Path) -> Path:
+    """Write ``index`` to ``folder`` atomically (replacing any index there) and return the folder.
+
+    The manifest is ``index.manifest`` plus ``format_version`` and ``files``
+    (sha256 of every file), so :func:`load_index` detects truncated or edited files.
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    try:
+        files = _files_of(index)
+        for name, data in files.items():
+            _write(tmp / name, data)
+        manifest = dict(index.manifest) | {
+            "format_version": FORMAT_VERSION,
+            "files": {name: _sha(data) for name, data in files.items()},
+        }
+        _write(tmp / MANIFEST, json.dumps(manifest, ensure_ascii=False, indent=1).encode())
+        _fsync_dir(tmp)
+        old = None
+        if folder.exists():
+            old = folder.parent / f".{folder.name}.old-{uuid.uuid4().hex[:8]}"
+            os.rename(folder, old)
+        os.rename(tmp, folder)
+        _fsync_dir(folder.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return folder
+
+
+def _differences(manifest: dict, expect: dict) -> list[str]:
+    """Human-readable ``key: index has X, expected Y`` lines, one level into nested dicts."""
+    out = []
+    for key, want in json.loads(json.dumps(expect)).items():
+        have = manifest.get(key)
+        if have == want:
+            continue
+        if isinstance(have, dict) and isinstance(want, dict):
+            for sub in sorted(set(have) | set(want)):
+                if have.get(sub) != want.get(sub):
+                    out.append(f"{key}.{sub}: index has {have.get(sub)!r}, expected {want.get(sub)!r}")
+        else:
+            out.append(f"{key}: index has {have!r}, expected {want!r}")
+    return out
+
+
+def read_manifest(folder: str | Path) -> dict:
+    """The manifest of the index in ``folder``.
+
+    Raises :class:`StaleIndexError` if it is missing, unreadable or of another ``format_version``.
+    """
+    path = Path(folder) / MANIFEST
+    fix = "rebuild it (glmrag.index.store.load_or_build(..., rebuild=True))"
+    if not path.is_file():
+        raise StaleIndexError(f"{folder}: no {MANIFEST}, so no complete index is stored there; {fix}")
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise StaleIndexError(f"{path}: unreadable manifest ({err}); {fix}") from err
+    if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
+        version = manifest.get("format_version") if isinstance(manifest, dict) else None
+        raise StaleIndexError(f"{path}: index format_version {version!r}, this code reads {FORMAT_VERSION}; {fix}")
+    return manifest
+
+
+def load_index(folder: str | Path, expect: dict | None = None) -> KGIndex:
+    """Load the index in ``folder``, all or nothing.
+
+    Raises :class:`StaleIndexError`, saying what differs and how to rebuild,
+    when the manifest is missing, corrupt or of another ``format_version``,
+    when an entry of ``expect`` (e.g. from :func:`~glmrag.index.build.expected_manifest`)
+    differs from the manifest, or when a file is missing or fails its checksum.
+    """
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    if expect and (diffs := _differences(manifest, expect)):
+        raise StaleIndexError(
+            f"{folder}: the index was built from other inputs:\n  "
+            + "\n  ".join(diffs)
+            + "\nrebuild it with load_or_build(..., rebuild=True) (or delete the folder)"
+        )
+    data: dict[str, bytes] = {}
+    for name, sha in manifest.get("files", {}).items():
+        path = folder / name
+        blob = path.read_bytes() if path.is_file() else None
+        if blob is None or _sha(blob) != sha:
+            raise StaleIndexError(
+                f"{path}: {'missing' if blob is None else 'checksum mismatch'}; the index is corrupt, rebuild it"
+            )
+        data[name] = blob
+    try:
+        return _decode(data, manifest)
+    except (KeyError, ValueError, TypeError) as err:
+        raise StaleIndexError(f"{folder}: unreadable index files ({err!r}); rebuild it") from err
+
+
+def _decode(data: dict[str, bytes], manifest: dict) -> KGIndex:
+    def npy(name: str) -> np.ndarray:
+        return np.load(io.BytesIO(data[name]), allow_pickle=False)
+
+    def npz(name: str) -> dict[str, np.ndarray]:
+        with np.load(io.BytesIO(data[name]), allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+
+    ep = npz("entity_passages.npz")
+    n_rows, n_cols = (int(x) for x in ep["shape"])
+    entity_passages = sp.csr_matrix(
+        (np.ones(len(ep["indices"]), dtype=np.float32), ep["indices"], ep["indptr"]), shape=(n_rows, n_cols)
+    )
+    links = {}
+    for line in data["question_links.jsonl"].decode().splitlines():
+        row = json.loads(line)
+        links[row["question_id"]] = [
+            EntityLink(str(x["mention"]), int(x["entity"]), float(x["score"])) for x in row["links"]
+        ]
+    index = KGIndex(
+        entities=json.loads(data["entities.json"]),
+        relations=json.loads(data["relations.json"]),
+        triples=npy("triples.npy"),
+        passage_ids=json.loads(data["passage_ids.json"]),
+        entity_passages=entity_passages,
+        entity_embeddings=npy("entity_embeddings.npy") if "entity_embeddings.npy" in data else None,
+        question_links=links,
+        manifest=manifest,
+    )
+    adj = npz("adjacency.npz")
+    adjacency = Adjacency(adj["indptr"], adj["neighbor"], adj["edge_type"], adj["triple"])
+    if len(adjacency.indptr) != index.num_entities + 1 or len(adjacency.neighbor) != 2 * len(index.triples):
+        raise ValueError("adjacency.npz does not match the entities and triples")
+    index.__dict__["adjacency"] = adjacency  # fills the cached_property: no recomputation
+    return index
+
+
+def load_or_build(
+    folder: str | Path,
+    corpus: Corpus,
+    questions: QASet | Sequence[Question],
+    extractor: Extractor,
+    embedder: Embedder | None = None,
+    settings: IndexSettings | None = None,
+    rebuild: bool | None = None,
+) -> KGIndex:
+    """The index of these inputs: loaded from ``folder`` when it matches, else built and saved there.
+
+    ``rebuild=None`` builds a missing index and rebuilds a stale one (logging why at WARNING);
+    ``True`` always rebuilds; ``False`` never does and raises :class:`StaleIndexError` instead.
+    """
+    settings = settings or IndexSettings()
+    if rebuild is None and not (Path(folder) / MANIFEST).exists():
+        log.info("no index at %s yet; building it", folder)
+    elif rebuild is not True:
+        try:
+            return load_index(folder, expected_manifest(corpus, questions, extractor, settings))
+        except StaleIndexError as err:
+            if rebuild is False:
+                raise
+            log.warning("rebuilding the index at %s: %s", folder, err)
+    index = build_index(corpus, questions, extractor, embedder, settings)
+    save_index(index, folder)
+    return index
