@@ -13,59 +13,13 @@ import argparse
 import time
 
 import numpy as np
-import scipy.sparse as sp
 
-from glmrag.data.types import Question
 from glmrag.graph.subgraph import select_subgraph
-from glmrag.index.kg import EntityLink, KGIndex
+from glmrag.index.synthetic import power_law_index, random_questions
 from glmrag.retrievers.ppr import PPRRetriever
 
 # GLM-RAG Table 11, 2Wiki (test)
 ENTITIES, RELATIONS, TRIPLES, PASSAGES = 48_779, 20_748, 160_950, 6_119
-
-
-def power_law_index(
-    num_entities: int = ENTITIES,
-    num_triples: int = TRIPLES,
-    num_relations: int = RELATIONS,
-    num_passages: int = PASSAGES,
-    exponent: float = 0.9,
-    seed: int = 0,
-) -> KGIndex:
-    """A random KG whose entity degrees follow a Zipf-like law (popularity ``rank ** -exponent``).
-
-    Each entity is mentioned in 1 + Poisson(0.3) random passages.
-    """
-    rng = np.random.default_rng(seed)
-    popularity = (np.arange(num_entities) + 1.0) ** -exponent
-    popularity = rng.permutation(popularity / popularity.sum())
-    heads = rng.choice(num_entities, num_triples, p=popularity)
-    tails = rng.choice(num_entities, num_triples, p=popularity)
-    rels = rng.integers(0, num_relations, num_triples)
-    mentions = 1 + rng.poisson(0.3, num_entities)
-    rows = np.repeat(np.arange(num_entities), mentions)
-    cols = rng.integers(0, num_passages, rows.size)
-    ent2doc = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(num_entities, num_passages))
-    ent2doc.data[:] = 1.0
-    return KGIndex(
-        entities=[f"e{i}" for i in range(num_entities)],
-        relations=[f"r{i}" for i in range(num_relations)],
-        triples=np.stack([heads, rels, tails], axis=1),
-        passage_ids=[f"p{i}" for i in range(num_passages)],
-        entity_passages=ent2doc,
-    )
-
-
-def random_questions(index: KGIndex, n: int, seed: int = 1) -> list[Question]:
-    """``n`` questions with 1-4 seed entities drawn uniformly (linked into ``index.question_links``)."""
-    rng = np.random.default_rng(seed)
-    questions = []
-    for i in range(n):
-        qid = f"q{i}"
-        seeds = rng.choice(index.num_entities, rng.integers(1, 5), replace=False)
-        index.question_links[qid] = [EntityLink(f"m{s}", int(s), 1.0) for s in seeds]
-        questions.append(Question(qid, f"question {i}", ("a",), ()))
-    return questions
 
 
 def main() -> None:
@@ -74,7 +28,7 @@ def main() -> None:
     args = parser.parse_args()
 
     t0 = time.perf_counter()
-    index = power_law_index()
+    index = power_law_index(ENTITIES, TRIPLES, RELATIONS, PASSAGES)
     _ = index.adjacency
     degree = index.adjacency.degree()
     print(

@@ -79,7 +79,9 @@ def get_index(dataset: Dataset, cfg: DictConfig) -> KGIndex:
     folder = root / f"{dataset.name}-{extractor.name}-{key}"
     embedder = Embedder(settings.embed_model) if settings.embed_model else None
     start = time.perf_counter()
-    index = load_or_build(folder, dataset.corpus, dataset.qa, extractor, embedder, settings, rebuild=True if cfg.rebuild else None)
+    index = load_or_build(
+        folder, dataset.corpus, dataset.qa, extractor, embedder, settings, rebuild=True if cfg.rebuild else None
+    )
     log.info("index %s ready in %.1fs: %s", folder, time.perf_counter() - start, index.manifest.get("counts"))
     return index
 
@@ -89,7 +91,9 @@ def make_retrievers(cfg: DictConfig) -> dict[str, Retriever]:
     retrievers = {name: hydra.utils.instantiate(node) for name, node in cfg.items()}
     for name, r in retrievers.items():
         if not isinstance(r, Retriever):
-            raise TypeError(f"retriever {name} ({type(r).__name__}) does not implement glmrag.retrievers.base.Retriever")
+            raise TypeError(
+                f"retriever {name} ({type(r).__name__}) does not implement glmrag.retrievers.base.Retriever"
+            )
     return retrievers
 
 
@@ -97,7 +101,13 @@ def run_eval(cfg: DictConfig) -> EvalResult:
     """Rank the questions of ``cfg.data`` with every retriever in ``cfg.retriever`` and evaluate them together."""
     full = load_dataset(cfg.data.name, root=cfg.data.root)
     dataset = load_dataset(cfg.data.name, split=cfg.data.split, limit=cfg.data.limit, root=cfg.data.root)
-    log.info("%s: %d questions, %d passages; %s", dataset.name, len(dataset.qa), len(dataset.corpus), dataset.report.summary())
+    log.info(
+        "%s: %d questions, %d passages; %s",
+        dataset.name,
+        len(dataset.qa),
+        len(dataset.corpus),
+        dataset.report.summary(),
+    )
     index = get_index(full, cfg.index)
     questions = list(dataset.qa)
 

@@ -77,7 +77,9 @@ class KGIndex:
                 f"entity_passages has shape {(n_e, n_p)}, expected "
                 f"({len(self.entities)}, {len(self.passage_ids)}) = (entities, passages)"
             )
-        if len(self.triples) and (self.triples[:, [0, 2]].max() >= n_e or self.triples[:, 1].max() >= len(self.relations)):
+        if len(self.triples) and (
+            self.triples[:, [0, 2]].max() >= n_e or self.triples[:, 1].max() >= len(self.relations)
+        ):
             raise ValueError("triples refer to entity or relation ids outside the vocabularies")
 
     @property

@@ -27,16 +27,16 @@ class Ranking:
 
     def __post_init__(self) -> None:
         if len(self.passage_ids) != len(self.passage_scores):
-            raise ValueError(f"question {self.question_id}: {len(self.passage_ids)} passages but {len(self.passage_scores)} scores")
+            raise ValueError(
+                f"question {self.question_id}: {len(self.passage_ids)} passages but {len(self.passage_scores)} scores"
+            )
 
 
 @runtime_checkable
 class Retriever(Protocol):
     name: str
 
-    def retrieve(
-        self, questions: Sequence[Question], index: KGIndex, corpus: Corpus, top_k: int = 10
-    ) -> list[Ranking]:
+    def retrieve(self, questions: Sequence[Question], index: KGIndex, corpus: Corpus, top_k: int = 10) -> list[Ranking]:
         """Rank the corpus's passages for each question, best first: at least ``top_k`` of them
         per question when the corpus has that many. ``index`` was built from ``corpus``."""
         ...

@@ -1,8 +1,8 @@
 import networkx as nx
 import pytest
-from conftest import random_kg
 
 from glmrag.graph.traverse import bfs_distances, neighbourhood_triples
+from glmrag.index.synthetic import random_kg
 
 
 def _undirected(index):

@@ -1,11 +1,15 @@
-"""Small KG indexes built directly from triples, for the retriever tests (same helpers as tests/graph)."""
+"""Synthetic KG indexes built directly from triples, for tests and benchmarks.
+
+They skip extraction and embedding: entities are named ``e<i>``, relations
+``r<i>`` and passages ``p<j>``.
+"""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import scipy.sparse as sp
 
+from glmrag.data.types import Question
 from glmrag.index.kg import EntityLink, KGIndex
 
 
@@ -48,13 +52,45 @@ def random_kg(num_entities: int, num_triples: int, seed: int = 0, hubs: int = 3)
     return build_kg(triples, num_entities, passages)
 
 
-@pytest.fixture
-def kg():
-    """The factory :func:`build_kg`."""
-    return build_kg
+def power_law_index(
+    num_entities: int,
+    num_triples: int,
+    num_relations: int,
+    num_passages: int,
+    exponent: float = 0.9,
+    seed: int = 0,
+) -> KGIndex:
+    """A random KG whose entity degrees follow a Zipf-like law (popularity ``rank ** -exponent``).
+
+    Each entity is mentioned in 1 + Poisson(0.3) random passages.
+    """
+    rng = np.random.default_rng(seed)
+    popularity = (np.arange(num_entities) + 1.0) ** -exponent
+    popularity = rng.permutation(popularity / popularity.sum())
+    heads = rng.choice(num_entities, num_triples, p=popularity)
+    tails = rng.choice(num_entities, num_triples, p=popularity)
+    rels = rng.integers(0, num_relations, num_triples)
+    mentions = 1 + rng.poisson(0.3, num_entities)
+    rows = np.repeat(np.arange(num_entities), mentions)
+    cols = rng.integers(0, num_passages, rows.size)
+    ent2doc = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(num_entities, num_passages))
+    ent2doc.data[:] = 1.0
+    return KGIndex(
+        entities=[f"e{i}" for i in range(num_entities)],
+        relations=[f"r{i}" for i in range(num_relations)],
+        triples=np.stack([heads, rels, tails], axis=1),
+        passage_ids=[f"p{i}" for i in range(num_passages)],
+        entity_passages=ent2doc,
+    )
 
 
-@pytest.fixture
-def random_graph():
-    """The factory :func:`random_kg`."""
-    return random_kg
+def random_questions(index: KGIndex, n: int, seed: int = 1) -> list[Question]:
+    """``n`` questions with 1-4 seed entities drawn uniformly (linked into ``index.question_links``)."""
+    rng = np.random.default_rng(seed)
+    questions = []
+    for i in range(n):
+        qid = f"q{i}"
+        seeds = rng.choice(index.num_entities, rng.integers(1, 5), replace=False)
+        index.question_links[qid] = [EntityLink(f"m{s}", int(s), 1.0) for s in seeds]
+        questions.append(Question(qid, f"question {i}", ("a",), ()))
+    return questions
