@@ -1,7 +1,7 @@
 """Evaluate retrievers on a dataset with the shared evaluator.
 
-    python eval.py                                   # dense vs PPR on the embedded MuSiQue set
-    python eval.py data=2wiki_test retriever=[ppr] data.limit=100 output_dir=outputs/2wiki
+python eval.py                                   # dense vs PPR on the embedded MuSiQue set
+python eval.py data=2wiki_test retriever=[ppr] data.limit=100 output_dir=outputs/2wiki
 """
 
 import hydra
