@@ -1,0 +1,82 @@
+"""Indexes cached on disk, keyed by everything that decides their content.
+
+Shared by the evaluation job and the training DataModules, so both read the
+same index of a dataset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from glmrag.data.types import Dataset
+from glmrag.index.build import IndexSettings, expected_manifest
+from glmrag.index.embed import Embedder
+from glmrag.index.extractors.base import Extractor
+from glmrag.index.extractors.openie_import import OpenIEImportExtractor
+from glmrag.index.extractors.spacy_extractor import SpacyExtractor
+from glmrag.index.kg import KGIndex
+from glmrag.index.store import load_or_build
+
+log = logging.getLogger(__name__)
+
+CACHE_ENV = "GLMRAG_CACHE_DIR"
+
+
+def cache_root() -> Path:
+    """``$GLMRAG_CACHE_DIR`` or ``~/.cache/glmrag``: where indexes and embeddings are cached."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "glmrag").expanduser()
+
+
+# Configs name cache folders as ${glmrag_cache:embeddings}, resolved when the job runs.
+if not OmegaConf.has_resolver("glmrag_cache"):
+    OmegaConf.register_new_resolver("glmrag_cache", lambda sub="": str(cache_root() / sub))
+
+
+def make_extractor(kind: str, dataset: Dataset, spacy_processes: int = 1) -> Extractor:
+    """``openie``: the dataset's own HippoRAG OpenIE file; ``spacy``: the offline extractor."""
+    if kind == "openie":
+        if dataset.openie_path is None:
+            raise ValueError(
+                f"dataset {dataset.name} ships no OpenIE file; use index.extractor=spacy "
+                "(or point an OpenIEImportExtractor at a HippoRAG openie_*.json)"
+            )
+        return OpenIEImportExtractor(dataset.openie_path)
+    if kind == "spacy":
+        return SpacyExtractor(n_process=spacy_processes)
+    raise ValueError(f"unknown index.extractor {kind!r}; expected 'openie' or 'spacy'")
+
+
+def index_settings(cfg: DictConfig) -> IndexSettings:
+    return IndexSettings(
+        synonym_threshold=cfg.synonym_threshold,
+        synonym_top_k=cfg.synonym_top_k,
+        embed_model=cfg.embed_model,
+    )
+
+
+def get_index(dataset: Dataset, cfg: DictConfig) -> KGIndex:
+    """The index of the whole dataset (all questions, so every split shares it), cached on disk.
+
+    The folder name carries a hash of everything that decides the index, so
+    ablations over index settings coexist; a stale or corrupt folder is rebuilt.
+    """
+    extractor = make_extractor(cfg.extractor, dataset, cfg.get("spacy_processes", 1))
+    settings = index_settings(cfg)
+    expect = expected_manifest(dataset.corpus, dataset.qa, extractor, settings)
+    key = hashlib.sha256(json.dumps(expect, sort_keys=True).encode()).hexdigest()[:10]
+    root = Path(cfg.cache_dir).expanduser()
+    folder = root / f"{dataset.name}-{extractor.name}-{key}"
+    embedder = Embedder(settings.embed_model) if settings.embed_model else None
+    start = time.perf_counter()
+    index = load_or_build(
+        folder, dataset.corpus, dataset.qa, extractor, embedder, settings, rebuild=True if cfg.rebuild else None
+    )
+    log.info("index %s ready in %.1fs: %s", folder, time.perf_counter() - start, index.manifest.get("counts"))
+    return index
