@@ -15,8 +15,9 @@ import hashlib
 import json
 import lzma
 import os
-import tempfile
 from pathlib import Path
+
+from glmrag.io import atomic_write_bytes
 
 EMBEDDED_DIR = Path(__file__).parent / "embedded"
 
@@ -68,11 +69,7 @@ def materialize(name: str) -> Path:
     data = read_embedded_bytes(name)
     if hashlib.sha256(data).hexdigest() != entry["sha256"]:
         raise RuntimeError(f"{embedded_path(name)} does not decompress to the file in MANIFEST.json; reinstall glmrag")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp:
-        tmp.write(data)
-    os.replace(tmp.name, target)
-    return target
+    return atomic_write_bytes(target, data)
 
 
 def build_embedded(source_root: str | os.PathLike[str]) -> None:

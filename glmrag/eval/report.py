@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from glmrag.eval.significance import Interval
+from glmrag.io import atomic_write_text
 
 if TYPE_CHECKING:
     from glmrag.eval.evaluator import EvalResult
@@ -123,20 +123,6 @@ def _clean(value):
     return value
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def metrics_json(result: EvalResult) -> dict:
     """The content of ``metrics.json`` as a JSON-safe dict."""
     return _clean(
@@ -171,12 +157,12 @@ def write_outputs(result: EvalResult, output_dir: str | os.PathLike) -> dict[str
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {name: out / name for name in ("metrics.json", "per_question.jsonl", "results.md")}
-    _atomic_write(paths["metrics.json"], json.dumps(metrics_json(result), indent=2, allow_nan=False) + "\n")
+    atomic_write_text(paths["metrics.json"], json.dumps(metrics_json(result), indent=2, allow_nan=False) + "\n")
     lines = [
         json.dumps(_clean(row), allow_nan=False, ensure_ascii=False)
         for system in result.systems
         for row in result.per_question[system]
     ]
-    _atomic_write(paths["per_question.jsonl"], "\n".join(lines) + "\n")
-    _atomic_write(paths["results.md"], format_markdown(result))
+    atomic_write_text(paths["per_question.jsonl"], "\n".join(lines) + "\n")
+    atomic_write_text(paths["results.md"], format_markdown(result))
     return paths

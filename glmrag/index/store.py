@@ -41,6 +41,7 @@ from glmrag.index.build import FORMAT_VERSION, IndexSettings, build_index, expec
 from glmrag.index.embed import Embedder
 from glmrag.index.extractors.base import Extractor
 from glmrag.index.kg import Adjacency, EntityLink, KGIndex
+from glmrag.io import default_mode
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
@@ -119,6 +120,7 @@ def save_index(index: KGIndex, folder: str | Path) -> Path:
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    os.chmod(tmp, default_mode(directory=True))
     try:
         files = _files_of(index)
         for name, data in files.items():
