@@ -1,0 +1,277 @@
+"""The GFM-RAG GNN retriever as a LightningModule: KG-completion pretraining and QA fine-tuning.
+
+GFM-RAG (Luo et al. 2025) pretrains its :class:`~glmrag.nn.gnn.QueryGNN` on KG
+completion (``stage="kgc"``, :mod:`glmrag.nn.kgc`) and then fine-tunes it to rank
+the entities of a question's supporting passages (``stage="qa"``, loss
+:func:`~glmrag.models.losses.gfm_rag_loss`). GLM-RAG Table 14 fine-tunes with
+AdamW at lr 5e-4, batch 4, 5 epochs, alpha = 0.3 (the BCE weight) and ranks
+documents from the top 20 entities; those are the defaults here (the batch
+size and epochs belong to the DataModule and the Trainer). A fine-tuning run
+starts from pretrained weights with ``init_from``.
+
+Validation and test rank passages from the entity logits with the evaluator's
+document ranker (:func:`~glmrag.retrievers.entity_ranking.rank_passages`) and
+score them with :func:`glmrag.eval.metrics.retrieval_metrics`, so
+``val/recall@2`` is the number the evaluator reports for a
+:class:`~glmrag.retrievers.checkpoint.CheckpointRetriever` of this module on
+the same questions (passage lists of ``max(ks)``; questions without gold
+passages excluded, as the evaluator does).
+
+The KGs come from the DataModule (:class:`~glmrag.models.datamodule.KGQADataModule`):
+in ``setup`` the module checks it and later reads ``trainer.datamodule.graph(kg)``
+and ``.index(kg)``; nothing graph-sized is stored in the module or its checkpoints.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+from lightning import LightningModule
+from torch import nn
+from torchmetrics import MaxMetric, MeanMetric, Metric
+
+from glmrag.eval.metrics import retrieval_metrics
+from glmrag.index.embed import DEFAULT_MODEL
+from glmrag.index.kg import KGIndex
+from glmrag.models.losses import gfm_rag_loss
+from glmrag.nn.gnn import GNNConfig, QueryGNN
+from glmrag.nn.graph_inputs import GraphInputs
+from glmrag.nn.kgc import ADVERSARIAL_TEMPERATURE, NUM_NEGATIVES, kgc_loss, sample_kgc_batch
+from glmrag.retrievers.entity_ranking import DOC_RANKER_ENTITIES, RANKERS, rank_passages
+
+STAGES = ("qa", "kgc")
+LEARNING_RATE = 5e-4
+"""GLM-RAG Table 14, GFM-RAG fine-tuning: AdamW, lr 5e-4 (also GFM-RAG's pretraining lr)."""
+BEST_METRIC = "recall@2"
+"""The headline metric (GLM-RAG §5) whose best value is logged as ``val/recall@2_best``."""
+
+
+def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """AdamW at lr 5e-4 (GLM-RAG Table 14)."""
+    return torch.optim.AdamW(params, lr=LEARNING_RATE)
+
+
+class GNNRetrieverModule(LightningModule):
+    """Trains a :class:`QueryGNN` to score the entities of a question's supporting passages.
+
+    Args:
+        hidden_channels, num_layers, question_dim, relation_dim, node_dim, use_node_features, query_injection,
+            dropout: the fields of :class:`~glmrag.nn.gnn.GNNConfig`.
+        optimizer: ``params -> Optimizer`` (Hydra ``_partial_: true``); None: AdamW lr 5e-4.
+        scheduler: ``optimizer -> LRScheduler`` (``_partial_: true``), stepped per epoch on ``val/loss``; or None.
+        bce_weight, listce_weight, temperature: :func:`gfm_rag_loss` (GFM-RAG: 0.3, 0.7, 0.2).
+        stage: ``qa`` (fine-tuning) or ``kgc`` (KG-completion pretraining on the DataModule's triple batches,
+            ``task="kgc"``); validation is QA retrieval in both.
+        num_negatives, adversarial_temperature: KG-completion loss (GFM-RAG: 256 strict negatives, temperature 1).
+        ks: cut-offs of the logged ``recall@k``; must include 2.
+        ranker, top_entities: document ranker of validation/test (GFM-RAG ``idf_topk`` over 20 entities).
+        embed_model: sentence encoder of questions and relations the GNN reads; checked against the DataModule
+            and used by :class:`~glmrag.retrievers.checkpoint.CheckpointRetriever`.
+        init_from: a checkpoint of this module (e.g. the ``kgc`` stage) whose GNN weights start ``fit``.
+    """
+
+    def __init__(
+        self,
+        hidden_channels: int = 512,
+        num_layers: int = 6,
+        question_dim: int = 384,
+        relation_dim: int = 384,
+        node_dim: int = 384,
+        use_node_features: bool = False,
+        query_injection: str = "all",
+        dropout: float = 0.0,
+        optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
+        scheduler: Callable[[torch.optim.Optimizer], Any] | None = None,
+        bce_weight: float = 0.3,
+        listce_weight: float = 0.7,
+        temperature: float = 0.2,
+        stage: str = "qa",
+        num_negatives: int = NUM_NEGATIVES,
+        adversarial_temperature: float = ADVERSARIAL_TEMPERATURE,
+        ks: Sequence[int] = (1, 2, 5, 10),
+        ranker: str = "idf_topk",
+        top_entities: int = DOC_RANKER_ENTITIES,
+        embed_model: str = DEFAULT_MODEL,
+        init_from: str | None = None,
+    ) -> None:
+        super().__init__()
+        if stage not in STAGES:
+            raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+        if ranker not in RANKERS:
+            raise ValueError(f"ranker must be one of {RANKERS}, got {ranker!r}")
+        ks = tuple(sorted({int(k) for k in ks}))  # a plain tuple (not a Hydra ListConfig) in the checkpoint
+        if 2 not in ks:
+            raise ValueError(f"ks must include 2 (val/{BEST_METRIC}_best is tracked), got {ks}")
+        # Optimizer and scheduler factories are not hyper-parameters: a checkpoint holds plain values only,
+        # so it loads with torch.load(weights_only=True).
+        self.save_hyperparameters(ignore=["optimizer", "scheduler"], logger=False)
+        self.optimizer_factory = optimizer or default_optimizer
+        self.scheduler_factory = scheduler
+        self.gnn = QueryGNN(
+            GNNConfig(
+                hidden_channels=hidden_channels,
+                num_layers=num_layers,
+                question_dim=question_dim,
+                relation_dim=relation_dim,
+                node_dim=node_dim,
+                use_node_features=use_node_features,
+                query_injection=query_injection,
+                dropout=dropout,
+            )
+        )
+        self.loss_fn = functools.partial(
+            gfm_rag_loss, bce_weight=bce_weight, listce_weight=listce_weight, temperature=temperature
+        )
+        self.metric_names = [f"recall@{k}" for k in ks] + ["mrr"]
+        self.val_loss, self.test_loss = MeanMetric(), MeanMetric()
+        self.val_metrics = nn.ModuleDict({name: MeanMetric() for name in self.metric_names})
+        self.test_metrics = nn.ModuleDict({name: MeanMetric() for name in self.metric_names})
+        self.val_best = MaxMetric()
+        self.val_best.persistent(True)  # saved in checkpoints, so a resumed run remembers the best epoch
+        self._graphs: dict[tuple[str, torch.device], GraphInputs] = {}
+
+    # -- the KGs, handed over by the DataModule --
+
+    def setup(self, stage: str) -> None:
+        """Check the DataModule (the source of the KGs) and, for ``fit``, load ``init_from``."""
+        self._graphs.clear()
+        # Fresh metric states outside inference mode: states reset at the end of a trainer.validate() are
+        # inference tensors, which a later trainer.fit() could not update in place. The best value starts
+        # afresh with each fit (a resumed fit then restores it from the checkpoint).
+        for metric in self.modules():
+            if isinstance(metric, Metric) and (metric is not self.val_best or stage == "fit"):
+                metric.reset()
+        dm = getattr(self.trainer, "datamodule", None)
+        if dm is None or not callable(getattr(dm, "graph", None)) or not callable(getattr(dm, "index", None)):
+            raise RuntimeError(
+                "GNNRetrieverModule reads its KGs from the DataModule: pass datamodule=KGQADataModule(...) "
+                "to trainer.fit/validate/test (a module with graph(kg) and index(kg) methods)"
+            )
+        dm_hp = getattr(dm, "hparams", {})
+        if dm_hp.get("embed_model", self.hparams.embed_model) != self.hparams.embed_model:
+            raise ValueError(
+                f"the DataModule embeds with {dm_hp['embed_model']!r} but the model expects "
+                f"{self.hparams.embed_model!r}; set model.embed_model to data.embed_model"
+            )
+        if self.hparams.use_node_features and not dm_hp.get("node_features", True):
+            raise ValueError("use_node_features=True needs node features: set data.node_features=true")
+        if stage == "fit" and dm_hp.get("task", self.hparams.stage) != self.hparams.stage:
+            raise ValueError(
+                f"model.stage={self.hparams.stage!r} but data.task={dm_hp['task']!r}; set both to the same stage"
+            )
+        if stage == "fit" and self.hparams.init_from:
+            self.load_gnn_weights(self.hparams.init_from)
+
+    def load_gnn_weights(self, ckpt_path: str) -> None:
+        """Copy the GNN weights of a checkpoint of this module (any stage) into ``self.gnn`` (strict)."""
+        state = torch.load(ckpt_path, map_location="cpu", weights_only=True)["state_dict"]
+        self.gnn.load_state_dict({k.removeprefix("gnn."): v for k, v in state.items() if k.startswith("gnn.")})
+
+    def graph(self, kg: str) -> GraphInputs:
+        """The DataModule's inputs of ``kg``, moved to this module's device once."""
+        key = (kg, self.device)
+        if key not in self._graphs:
+            self._graphs[key] = self.trainer.datamodule.graph(kg).to(self.device)
+        return self._graphs[key]
+
+    def index(self, kg: str) -> KGIndex:
+        return self.trainer.datamodule.index(kg)
+
+    # -- forward and the shared step --
+
+    def forward(self, graph: GraphInputs, question_emb: torch.Tensor, seed_weight: torch.Tensor) -> torch.Tensor:
+        """Entity logits of a batch of questions on one KG.
+
+        Shapes: **question_emb** ``(B, question_dim)``, **seed_weight** ``(B, E)`` -> ``(B, E)``.
+        """
+        return self.gnn(graph, question_emb, seed_weight)
+
+    def model_step(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Loss and entity logits of a QA batch; the loss covers the rows marked ``real``.
+
+        Shapes: batch ``question_emb`` (B, d), ``seed_weight``, ``target`` (B, E), ``real`` (B,)
+            -> loss (), logits (B, E).
+        """
+        logits = self(self.graph(batch["kg"]), batch["question_emb"], batch["seed_weight"])  # (B, E)
+        real = batch["real"]
+        loss = self.loss_fn(logits[real], batch["target"][real])  # 0 when no row is real
+        return loss, logits
+
+    def kgc_step(self, batch: dict[str, Any]) -> torch.Tensor:
+        """KG-completion loss of a batch of triples of one KG (GFM-RAG pretraining).
+
+        :func:`sample_kgc_batch` turns each of the batch's ``triples`` (B, 3) into one query (the
+        DataLoader already shuffles and batches them, so an epoch sees every triple once), with strict
+        negatives; its generator is seeded by the global step and rank, so a resumed run draws the same.
+        """
+        graph = self.graph(batch["kg"])
+        generator = torch.Generator().manual_seed(1_000_003 * self.global_step + self.global_rank)
+        triples = batch["triples"]
+        kgc = sample_kgc_batch(graph, triples, None, self.hparams.num_negatives, generator)
+        return kgc_loss(self.gnn, graph, kgc, self.hparams.adversarial_temperature)
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        loss = self.kgc_step(batch) if self.hparams.stage == "kgc" else self.model_step(batch)[0]
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=len(batch["real"]))
+        return loss
+
+    # -- evaluation --
+
+    def _eval_step(self, batch: dict[str, Any], loss_metric: MeanMetric, metrics: nn.ModuleDict) -> None:
+        loss, logits = self.model_step(batch)
+        real = batch["real"].tolist()
+        loss_metric.update(loss, weight=sum(real))
+        index = self.index(batch["kg"])
+        positions, _ = rank_passages(
+            logits.detach().float().cpu().numpy(),
+            index,
+            top_k_passages=max(self.hparams.ks),
+            method=self.hparams.ranker,
+            top_entities=self.hparams.top_entities,
+        )  # (B, max ks)
+        for row, gold in enumerate(batch["gold"]):
+            if not real[row] or not gold:  # padding, or no gold passage (the evaluator excludes it)
+                continue
+            ranked = [index.passage_ids[p] for p in positions[row]]
+            values = retrieval_metrics(ranked, gold, self.hparams.ks)
+            for name in self.metric_names:
+                metrics[name].update(values[name])
+
+    def _log_epoch(self, prefix: str, loss_metric: MeanMetric, metrics: nn.ModuleDict) -> dict[str, torch.Tensor]:
+        """Compute (synchronised across devices by torchmetrics), log and reset the epoch's metrics."""
+        values = {"loss": loss_metric.compute(), **{name: m.compute() for name, m in metrics.items()}}
+        for name, value in values.items():
+            self.log(f"{prefix}/{name}", value, sync_dist=True, prog_bar=name in ("loss", BEST_METRIC))
+        loss_metric.reset()
+        for m in metrics.values():
+            m.reset()
+        return values
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._eval_step(batch, self.val_loss, self.val_metrics)
+
+    def on_validation_epoch_end(self) -> None:
+        values = self._log_epoch("val", self.val_loss, self.val_metrics)
+        if self.trainer.sanity_checking:  # the sanity check's few batches do not count as an epoch
+            return
+        self.val_best(values[BEST_METRIC])
+        self.log(f"val/{BEST_METRIC}_best", self.val_best.compute(), sync_dist=True, prog_bar=True)
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._eval_step(batch, self.test_loss, self.test_metrics)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_epoch("test", self.test_loss, self.test_metrics)
+
+    def configure_optimizers(self) -> Any:
+        optimizer = self.optimizer_factory(params=self.parameters())
+        if self.scheduler_factory is None:
+            return {"optimizer": optimizer}
+        scheduler = self.scheduler_factory(optimizer=optimizer)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "monitor": "val/loss", "interval": "epoch", "frequency": 1},
+        }

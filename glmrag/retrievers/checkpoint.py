@@ -1,0 +1,92 @@
+"""A trained GNN checkpoint as a retriever: the GFM-RAG family in the shared evaluator.
+
+:class:`CheckpointRetriever` loads a :class:`~glmrag.models.gnn_module.GNNRetrieverModule`
+checkpoint with Lightning's ``load_from_checkpoint`` (``torch.load`` with
+``weights_only``: tensors and plain values only), scores every entity of the
+index for each question, and ranks passages with the same document ranker
+(:func:`~glmrag.retrievers.entity_ranking.rank_passages`) that the module's
+validation uses, so the evaluator reproduces ``val/recall@k``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from glmrag.data.types import Corpus, Question
+from glmrag.index.embed import Embedder
+from glmrag.index.kg import KGIndex
+from glmrag.models.datamodule import cached_graph_inputs, default_inputs_cache_dir
+from glmrag.models.gnn_module import GNNRetrieverModule
+from glmrag.nn.graph_inputs import GraphInputs, seed_weights
+from glmrag.retrievers.base import Ranking
+from glmrag.retrievers.entity_ranking import DOC_RANKER_ENTITIES, make_rankings, rank_passages, top_k_stable
+
+
+class CheckpointRetriever:
+    """Rank passages with a trained GNN checkpoint.
+
+    Args:
+        ckpt_path: a Lightning checkpoint of :class:`GNNRetrieverModule`.
+        ranker, top_entities: document ranker (GFM-RAG ``idf_topk`` over the top 20 entities); the
+            ``top_entities`` best entities and their logits are also returned in each Ranking.
+        batch_size: questions per GNN forward pass (memory grows with ``batch_size * triples * hidden``).
+        device: where the GNN runs (``cpu``, ``cuda``, ``cuda:1``).
+        cache_dir: folder of the cached relation features, shared with ``KGQADataModule.inputs_cache_dir``
+            (None: ``$GLMRAG_CACHE_DIR/gnn_inputs``, the DataModule's default).
+    """
+
+    name = "checkpoint"
+
+    def __init__(
+        self,
+        ckpt_path: str,
+        ranker: str = "idf_topk",
+        top_entities: int = DOC_RANKER_ENTITIES,
+        batch_size: int = 8,
+        device: str = "cpu",
+        cache_dir: str | None = None,
+    ) -> None:
+        self.device = torch.device(device)
+        self.module = GNNRetrieverModule.load_from_checkpoint(ckpt_path, map_location=self.device)
+        self.module.eval()
+        self.ranker, self.top_entities, self.batch_size = ranker, top_entities, batch_size
+        self.cache_dir = cache_dir or default_inputs_cache_dir()
+        self.embedder = Embedder(self.module.hparams.embed_model)
+        self._graphs: dict[int, tuple[KGIndex, GraphInputs]] = {}
+
+    def graph(self, index: KGIndex) -> GraphInputs:
+        """The GNN inputs of ``index`` on this retriever's device, built once per index object."""
+        cached = self._graphs.get(id(index))
+        if cached is None or cached[0] is not index:
+            hp = self.module.hparams
+            graph = cached_graph_inputs(index, hp.embed_model, hp.use_node_features, self.cache_dir)
+            cached = self._graphs[id(index)] = (index, graph.to(self.device))
+        return cached[1]
+
+    def entity_logits(self, questions: Sequence[Question], index: KGIndex) -> torch.Tensor:
+        """GNN logits of every entity for each question, on the CPU.
+
+        Shapes: questions (Q,) -> (Q, E) float32.
+        """
+        graph = self.graph(index)
+        question_emb = torch.from_numpy(self.embedder.encode([q.question for q in questions]))  # (Q, d)
+        chunks = []
+        with torch.inference_mode():
+            for start in range(0, len(questions), self.batch_size):
+                batch = questions[start : start + self.batch_size]
+                seeds = seed_weights(index, [q.id for q in batch]).to(self.device)  # (b, E)
+                query = question_emb[start : start + len(batch)].to(self.device)  # (b, d)
+                chunks.append(self.module(graph, query, seeds).float().cpu())  # (b, E)
+        return torch.cat(chunks) if chunks else torch.zeros(0, index.num_entities)
+
+    def retrieve(self, questions: Sequence[Question], index: KGIndex, corpus: Corpus, top_k: int = 10) -> list[Ranking]:
+        """One Ranking per question: the ``top_k`` best passages and the ``top_entities`` best entities."""
+        if len(corpus) != index.num_passages:
+            raise ValueError(f"the index has {index.num_passages} passages but the corpus {len(corpus)}")
+        questions = list(questions)
+        logits = self.entity_logits(questions, index).numpy()  # (Q, E)
+        positions, scores = rank_passages(logits, index, top_k, self.ranker, self.top_entities)  # (Q, k)
+        entities, entity_scores = top_k_stable(logits, self.top_entities)  # (Q, top_entities)
+        return make_rankings([q.id for q in questions], index.passage_ids, positions, scores, entities, entity_scores)

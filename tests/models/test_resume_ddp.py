@@ -1,0 +1,141 @@
+"""Training is reproducible across a kill-and-resume and across 1 vs 2 DDP processes (CPU, gloo)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from functools import partial
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from glmrag.models.datamodule import KGQADataModule
+from glmrag.models.gnn_module import GNNRetrieverModule
+
+LIMIT = 8  # musique100: 8 training questions (2 global batches of 4), 8 validation questions
+TRAINER = {
+    "accelerator": "cpu",
+    "logger": False,
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+    "num_sanity_val_steps": 0,
+    "deterministic": True,
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache(tmp_path_factory):
+    """One GLMRAG_CACHE_DIR for the session: the musique100 index and its GNN inputs are built once."""
+    path = tmp_path_factory.getbasetemp() / "cache"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GLMRAG_CACHE_DIR", str(path))
+        yield path
+
+
+def index_config(cache) -> dict:
+    return {
+        "cache_dir": str(cache / "indexes"),
+        "extractor": "openie",
+        "rebuild": False,
+        "embed_model": "offline:all-MiniLM-L6-v2",
+        "synonym_threshold": 0.8,
+        "synonym_top_k": 100,
+        "spacy_processes": 1,
+    }
+
+
+def fit(cache, root, max_epochs, ckpt_path=None):
+    """A seeded tiny run; returns the module and the logged metrics."""
+    L.seed_everything(0)
+    dm = KGQADataModule("musique100", index=index_config(cache), limit=LIMIT, batch_size=4)
+    model = GNNRetrieverModule(hidden_channels=16, num_layers=2, optimizer=partial(torch.optim.AdamW, lr=5e-3))
+    checkpoint = ModelCheckpoint(dirpath=root, save_last=True)
+    trainer = L.Trainer(**TRAINER, max_epochs=max_epochs, callbacks=[checkpoint], default_root_dir=root)
+    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    return model, {k: float(v) for k, v in trainer.callback_metrics.items()}
+
+
+@pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")  # resuming writes there
+def test_resumed_run_matches_an_uninterrupted_one(cache, tmp_path):
+    whole, whole_metrics = fit(cache, tmp_path / "whole", max_epochs=2)
+    fit(cache, tmp_path / "killed", max_epochs=1)  # "killed" after epoch 1
+    resumed, resumed_metrics = fit(cache, tmp_path / "killed", 2, ckpt_path=tmp_path / "killed" / "last.ckpt")
+    for name, value in whole.state_dict().items():
+        assert torch.equal(resumed.state_dict()[name], value), name
+    val = {k: v for k, v in whole_metrics.items() if k.startswith("val/")}
+    assert val.keys() >= {"val/loss", "val/recall@2", "val/recall@2_best"}
+    assert {k: resumed_metrics[k] for k in val} == val
+
+
+DDP_SCRIPT = """
+import json, sys
+from functools import partial
+
+import lightning as L
+import torch
+
+from glmrag.models.datamodule import KGQADataModule
+from glmrag.models.gnn_module import GNNRetrieverModule
+
+
+def run(devices, index):
+    L.seed_everything(0)
+    dm = KGQADataModule("musique100", index=index, limit={limit}, batch_size=4)  # GLOBAL batch 4
+    model = GNNRetrieverModule(hidden_channels=16, num_layers=2, optimizer=partial(torch.optim.AdamW, lr=5e-3))
+    trainer = L.Trainer(
+        accelerator="cpu", devices=devices, strategy="ddp_spawn" if devices > 1 else "auto", max_epochs=2,
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, deterministic=True,
+    )
+    trainer.fit(model, datamodule=dm)  # ddp_spawn copies weights and metrics back to this process
+    return {{k: float(v) for k, v in trainer.callback_metrics.items()}}, model
+
+
+def validate(devices, index, model):
+    # 7 validation questions: on 2 devices the last global batch of 3 is padded with a repeat.
+    dm = KGQADataModule("musique100", index=index, limit=7, batch_size=4)
+    trainer = L.Trainer(
+        accelerator="cpu", devices=devices, strategy="ddp_spawn" if devices > 1 else "auto",
+        logger=False, enable_progress_bar=False, enable_model_summary=False,
+    )
+    return trainer.validate(model, datamodule=dm, verbose=False)[0]
+
+
+if __name__ == "__main__":
+    index = json.loads(sys.argv[1])
+    one, model_one = run(1, index)
+    two, model_two = run(2, index)
+    weights_one, weights_two = model_one.gnn.state_dict(), model_two.gnn.state_dict()
+    diff = max((weights_one[k] - weights_two[k]).abs().max().item() for k in weights_one)
+    odd = [validate(devices, index, model_one) for devices in (1, 2)]
+    print("RESULT " + json.dumps({{"one": one, "two": two, "max_weight_diff": diff, "odd": odd}}))
+"""
+
+
+def test_two_ddp_processes_match_one_process(cache, tmp_path):
+    """Global batch 4: 1 process x 4 vs 2 gloo processes x 2 give the same weights and validation metrics."""
+    script = tmp_path / "ddp_equivalence.py"
+    script.write_text(textwrap.dedent(DDP_SCRIPT.format(limit=LIMIT)))
+    fit(cache, tmp_path / "warm", max_epochs=0)  # build the index and GNN inputs here, not in 2 processes
+    proc = subprocess.run(
+        [sys.executable, str(script), json.dumps(index_config(cache))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    one, two = result["one"], result["two"]
+    for name in ("val/loss", "val/recall@1", "val/recall@2", "val/recall@5", "val/mrr", "val/recall@2_best"):
+        assert two[name] == pytest.approx(one[name], abs=1e-5), name
+    # DDP averages two half-batch gradients: the same sums in another order, amplified a little by Adam.
+    assert result["max_weight_diff"] < 1e-4
+    odd_one, odd_two = result["odd"]  # the padding repeat counts in no metric
+    for name in ("val/loss", "val/recall@2", "val/recall@5", "val/mrr"):
+        assert odd_two[name] == pytest.approx(odd_one[name], abs=1e-6), name
