@@ -12,6 +12,9 @@ from glmrag.data.registry import load_dataset
 from glmrag.models.datamodule import KGBatchSampler, KGQADataModule
 
 GROUPS = [list(range(7)), list(range(7, 10))]  # two KGs: 7 and 3 items
+EXTRACTORS = {"musique100": "openie", "toy": "spacy"}
+
+pytestmark = pytest.mark.usefixtures("glmrag_cache")  # GLMRAG_CACHE_DIR set for the whole module
 
 
 def real_items(batch):
@@ -71,30 +74,9 @@ def test_sampler_rejects_an_empty_batch_size():
 # --- the DataModule on two real KGs -----------------------------------------------------------------
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cache(tmp_path_factory):
-    """One GLMRAG_CACHE_DIR for the session: the musique100 index and its GNN inputs are built once."""
-    path = tmp_path_factory.getbasetemp() / "cache"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GLMRAG_CACHE_DIR", str(path))
-        yield path
-
-
-def index_config(cache) -> dict:
-    return {
-        "cache_dir": str(cache / "indexes"),
-        "extractor": {"musique100": "openie", "toy": "spacy"},
-        "rebuild": False,
-        "embed_model": "offline:all-MiniLM-L6-v2",
-        "synonym_threshold": 0.8,
-        "synonym_top_k": 100,
-        "spacy_processes": 1,
-    }
-
-
 @pytest.fixture(scope="module")
-def two_kgs(cache):
-    dm = KGQADataModule(["toy", "musique100"], index=index_config(cache), limit=9, batch_size=4, seed=1)
+def two_kgs(index_config):
+    dm = KGQADataModule(["toy", "musique100"], index=index_config(extractor=EXTRACTORS), limit=9, batch_size=4, seed=1)
     dm.prepare_data()
     dm.setup("fit")
     return dm
@@ -170,8 +152,8 @@ def test_batch_size_must_split_over_the_devices(two_kgs):
         two_kgs.trainer = None
 
 
-def test_kgc_task_serves_triples_of_one_kg(cache):
-    dm = KGQADataModule(["toy"], index=index_config(cache), task="kgc", batch_size=8)
+def test_kgc_task_serves_triples_of_one_kg(index_config):
+    dm = KGQADataModule(["toy"], index=index_config(extractor=EXTRACTORS), task="kgc", batch_size=8)
     dm.setup("fit")
     index = dm.index("toy")
     rows = [tuple(t) for b in dm.train_dataloader() for t in b["triples"].tolist()]

@@ -8,58 +8,40 @@ from types import SimpleNamespace
 import lightning as L
 import pytest
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from glmrag.models.datamodule import KGQADataModule
 from glmrag.models.gnn_module import GNNRetrieverModule
 
 TINY = {"hidden_channels": 16, "num_layers": 2}
-TRAINER = {
-    "accelerator": "cpu",
-    "devices": 1,
-    "logger": False,
-    "enable_progress_bar": False,
-    "enable_model_summary": False,
-    "num_sanity_val_steps": 0,
-    "deterministic": True,
-}
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cache(tmp_path_factory):
-    """One GLMRAG_CACHE_DIR for the session: the musique100 index and its GNN inputs are built once."""
-    path = tmp_path_factory.getbasetemp() / "cache"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GLMRAG_CACHE_DIR", str(path))
-        yield path
-
-
-def index_config(cache):
-    """As Hydra hands it over: a DictConfig (the checkpoint must still hold plain values only)."""
-    return OmegaConf.create(
-        {
-            "cache_dir": str(cache / "indexes"),
-            "extractor": "openie",
-            "rebuild": False,
-            "embed_model": "offline:all-MiniLM-L6-v2",
-            "synonym_threshold": 0.8,
-            "synonym_top_k": 100,
-            "spacy_processes": 1,
-        }
-    )
+pytestmark = pytest.mark.usefixtures("glmrag_cache")  # GLMRAG_CACHE_DIR set for the whole module
 
 
 @pytest.fixture(scope="module")
-def fitted(cache, tmp_path_factory):
+def hydra_index(index_config):
+    """A factory of the index config as Hydra hands it over: a DictConfig.
+
+    The checkpoint must still hold plain values only.
+    """
+
+    def make() -> DictConfig:
+        return OmegaConf.create(index_config())
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def fitted(hydra_index, cpu_trainer, tmp_path_factory):
     """Validate an untrained tiny GNN, train it 2 epochs on 24 musique100 questions, validate again.
 
     The learning rate is 10x GLM-RAG's 5e-4 so that 12 steps make a clear difference.
     """
     L.seed_everything(0)
-    dm = KGQADataModule("musique100", index=index_config(cache), limit=24, batch_size=4)
+    dm = KGQADataModule("musique100", index=hydra_index(), limit=24, batch_size=4)
     fast = partial(torch.optim.AdamW, lr=5e-3)
     model = GNNRetrieverModule(**TINY, optimizer=fast, ks=OmegaConf.create([1, 2, 5, 10]))  # ListConfig, as Hydra
-    trainer = L.Trainer(**TRAINER, max_epochs=2, default_root_dir=tmp_path_factory.mktemp("fit"))
+    trainer = cpu_trainer(max_epochs=2, default_root_dir=tmp_path_factory.mktemp("fit"))
     before = trainer.validate(model, datamodule=dm, verbose=False)[0]
     trainer.fit(model, datamodule=dm)
     logged = dict(trainer.callback_metrics)
@@ -97,32 +79,28 @@ def test_load_from_checkpoint_round_trip(fitted, tmp_path):
     assert torch.equal(loaded.val_best.max_value, fitted.model.val_best.max_value)  # persistent: resumes keep it
 
 
-def test_kgc_pretraining_then_finetuning_starts_from_its_weights(cache, tmp_path):
+def test_kgc_pretraining_then_finetuning_starts_from_its_weights(hydra_index, cpu_trainer, tmp_path):
     L.seed_everything(0)
-    kgc_dm = KGQADataModule("musique100", index=index_config(cache), limit=4, batch_size=4, task="kgc")
+    kgc_dm = KGQADataModule("musique100", index=hydra_index(), limit=4, batch_size=4, task="kgc")
     pretrain = GNNRetrieverModule(**TINY, stage="kgc", num_negatives=32)
-    trainer = L.Trainer(
-        **TRAINER, max_epochs=1, limit_train_batches=2, limit_val_batches=0, default_root_dir=tmp_path / "kgc"
-    )
+    trainer = cpu_trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=0, default_root_dir=tmp_path / "kgc")
     trainer.fit(pretrain, datamodule=kgc_dm)
     assert torch.isfinite(trainer.callback_metrics["train/loss"])
     path = tmp_path / "kgc.ckpt"
     trainer.save_checkpoint(path, weights_only=False)
 
-    qa_dm = KGQADataModule("musique100", index=index_config(cache), limit=4, batch_size=4)
+    qa_dm = KGQADataModule("musique100", index=hydra_index(), limit=4, batch_size=4)
     frozen = partial(torch.optim.AdamW, lr=0.0)  # a step that changes nothing: weights stay as loaded
     finetune = GNNRetrieverModule(**TINY, init_from=str(path), optimizer=frozen)
     pretrained = pretrain.gnn.state_dict()
     assert not torch.equal(finetune.gnn.readout[0].weight, pretrained["readout.0.weight"])
-    trainer = L.Trainer(
-        **TRAINER, max_epochs=1, limit_train_batches=1, limit_val_batches=0, default_root_dir=tmp_path / "qa"
-    )
+    trainer = cpu_trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0, default_root_dir=tmp_path / "qa")
     trainer.fit(finetune, datamodule=qa_dm)
     for name, value in finetune.gnn.state_dict().items():
         assert torch.equal(value, pretrained[name]), name
 
 
-def test_stage_must_match_the_datamodule_task(cache, tmp_path):
-    dm = KGQADataModule("musique100", index=index_config(cache), limit=4, task="kgc")
+def test_stage_must_match_the_datamodule_task(hydra_index, cpu_trainer, tmp_path):
+    dm = KGQADataModule("musique100", index=hydra_index(), limit=4, task="kgc")
     with pytest.raises(ValueError, match="model.stage='qa' but data.task='kgc'"):
-        L.Trainer(**TRAINER, max_epochs=1, default_root_dir=tmp_path).fit(GNNRetrieverModule(**TINY), datamodule=dm)
+        cpu_trainer(max_epochs=1, default_root_dir=tmp_path).fit(GNNRetrieverModule(**TINY), datamodule=dm)

@@ -17,53 +17,31 @@ from glmrag.models.datamodule import KGQADataModule
 from glmrag.models.gnn_module import GNNRetrieverModule
 
 LIMIT = 8  # musique100: 8 training questions (2 global batches of 4), 8 validation questions
-TRAINER = {
-    "accelerator": "cpu",
-    "logger": False,
-    "enable_progress_bar": False,
-    "enable_model_summary": False,
-    "num_sanity_val_steps": 0,
-    "deterministic": True,
-}
+
+pytestmark = pytest.mark.usefixtures("glmrag_cache")  # GLMRAG_CACHE_DIR set for the whole module
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cache(tmp_path_factory):
-    """One GLMRAG_CACHE_DIR for the session: the musique100 index and its GNN inputs are built once."""
-    path = tmp_path_factory.getbasetemp() / "cache"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GLMRAG_CACHE_DIR", str(path))
-        yield path
+@pytest.fixture
+def fit(index_config, cpu_trainer):
+    """A seeded tiny run ``fit(root, max_epochs, ckpt_path=None)``; returns the module and the logged metrics."""
 
+    def run(root, max_epochs, ckpt_path=None):
+        L.seed_everything(0)
+        dm = KGQADataModule("musique100", index=index_config(), limit=LIMIT, batch_size=4)
+        model = GNNRetrieverModule(hidden_channels=16, num_layers=2, optimizer=partial(torch.optim.AdamW, lr=5e-3))
+        checkpoint = ModelCheckpoint(dirpath=root, save_last=True)
+        trainer = cpu_trainer(max_epochs=max_epochs, callbacks=[checkpoint], default_root_dir=root)
+        trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+        return model, {k: float(v) for k, v in trainer.callback_metrics.items()}
 
-def index_config(cache) -> dict:
-    return {
-        "cache_dir": str(cache / "indexes"),
-        "extractor": "openie",
-        "rebuild": False,
-        "embed_model": "offline:all-MiniLM-L6-v2",
-        "synonym_threshold": 0.8,
-        "synonym_top_k": 100,
-        "spacy_processes": 1,
-    }
-
-
-def fit(cache, root, max_epochs, ckpt_path=None):
-    """A seeded tiny run; returns the module and the logged metrics."""
-    L.seed_everything(0)
-    dm = KGQADataModule("musique100", index=index_config(cache), limit=LIMIT, batch_size=4)
-    model = GNNRetrieverModule(hidden_channels=16, num_layers=2, optimizer=partial(torch.optim.AdamW, lr=5e-3))
-    checkpoint = ModelCheckpoint(dirpath=root, save_last=True)
-    trainer = L.Trainer(**TRAINER, max_epochs=max_epochs, callbacks=[checkpoint], default_root_dir=root)
-    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
-    return model, {k: float(v) for k, v in trainer.callback_metrics.items()}
+    return run
 
 
 @pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")  # resuming writes there
-def test_resumed_run_matches_an_uninterrupted_one(cache, tmp_path):
-    whole, whole_metrics = fit(cache, tmp_path / "whole", max_epochs=2)
-    fit(cache, tmp_path / "killed", max_epochs=1)  # "killed" after epoch 1
-    resumed, resumed_metrics = fit(cache, tmp_path / "killed", 2, ckpt_path=tmp_path / "killed" / "last.ckpt")
+def test_resumed_run_matches_an_uninterrupted_one(fit, tmp_path):
+    whole, whole_metrics = fit(tmp_path / "whole", max_epochs=2)
+    fit(tmp_path / "killed", max_epochs=1)  # "killed" after epoch 1
+    resumed, resumed_metrics = fit(tmp_path / "killed", 2, ckpt_path=tmp_path / "killed" / "last.ckpt")
     for name, value in whole.state_dict().items():
         assert torch.equal(resumed.state_dict()[name], value), name
     val = {k: v for k, v in whole_metrics.items() if k.startswith("val/")}
@@ -116,13 +94,13 @@ if __name__ == "__main__":
 """
 
 
-def test_two_ddp_processes_match_one_process(cache, tmp_path):
+def test_two_ddp_processes_match_one_process(fit, index_config, tmp_path):
     """Global batch 4: 1 process x 4 vs 2 gloo processes x 2 give the same weights and validation metrics."""
     script = tmp_path / "ddp_equivalence.py"
     script.write_text(textwrap.dedent(DDP_SCRIPT.format(limit=LIMIT)))
-    fit(cache, tmp_path / "warm", max_epochs=0)  # build the index and GNN inputs here, not in 2 processes
+    fit(tmp_path / "warm", max_epochs=0)  # build the index and GNN inputs here, not in 2 processes
     proc = subprocess.run(
-        [sys.executable, str(script), json.dumps(index_config(cache))],
+        [sys.executable, str(script), json.dumps(index_config())],
         capture_output=True,
         text=True,
         timeout=300,

@@ -21,34 +21,15 @@ from glmrag.retrievers.checkpoint import CheckpointRetriever
 
 VAL_LIMIT = 12
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cache(tmp_path_factory):
-    """One GLMRAG_CACHE_DIR for the session: the musique100 index and its GNN inputs are built once."""
-    path = tmp_path_factory.getbasetemp() / "cache"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GLMRAG_CACHE_DIR", str(path))
-        yield path
-
-
-def index_config(cache) -> dict:
-    return {
-        "cache_dir": str(cache / "indexes"),
-        "extractor": "openie",
-        "rebuild": False,
-        "embed_model": "offline:all-MiniLM-L6-v2",
-        "synonym_threshold": 0.8,
-        "synonym_top_k": 100,
-        "spacy_processes": 1,
-    }
+pytestmark = pytest.mark.usefixtures("glmrag_cache")  # GLMRAG_CACHE_DIR set for the whole module
 
 
 @pytest.fixture(scope="module")
-def trained(cache, tmp_path_factory):
+def trained(index_config, tmp_path_factory):
     """A tiny GNN trained one epoch on 12 musique100 questions; its checkpoint and validation metrics."""
     L.seed_everything(0)
     root = tmp_path_factory.mktemp("ckpt")
-    dm = KGQADataModule("musique100", index=index_config(cache), limit=VAL_LIMIT, batch_size=4)
+    dm = KGQADataModule("musique100", index=index_config(), limit=VAL_LIMIT, batch_size=4)
     model = GNNRetrieverModule(hidden_channels=16, num_layers=2, optimizer=partial(torch.optim.AdamW, lr=5e-3))
     checkpoint = ModelCheckpoint(dirpath=root, save_last=True)
     trainer = L.Trainer(
@@ -67,9 +48,9 @@ def trained(cache, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def musique(cache):
+def musique(index_config):
     full = load_dataset("musique100")
-    index = get_index(full, OmegaConf.create(index_config(cache)))
+    index = get_index(full, OmegaConf.create(index_config()))
     questions = list(load_dataset("musique100", "validation", limit=VAL_LIMIT).qa)
     return index, full.corpus, questions
 
