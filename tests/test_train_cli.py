@@ -1,0 +1,95 @@
+"""The training job through Hydra: every experiment config runs, the main job trains and evaluates."""
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from glmrag.training import resolve_wandb_mode, run_train, wandb_logged_in
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml"))
+TINY = ["model.hidden_channels=8", "model.num_layers=1", "data.limit=8", "logger=[csv]"]
+
+
+def _compose(overrides):
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return compose(config_name="train", overrides=overrides)
+
+
+def _paths(tmp_path):
+    return [f"output_dir={tmp_path / 'out'}", f"checkpoint_dir={tmp_path / 'ckpt'}"]
+
+
+def test_experiments_exist():
+    assert {"demo", "gfm_rag", "gfm_rag_star", "gfm_rag_plus"} <= set(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_experiment_runs_fast_dev_run(experiment, glmrag_cache, tmp_path):
+    cfg = _compose([f"experiment={experiment}", *TINY, *_paths(tmp_path), "+trainer.fast_dev_run=true"])
+    assert cfg.run_name == f"{cfg.model_name}-musique100"
+    out = run_train(cfg)
+    assert out["metrics"]["train/loss"] >= 0.0
+    assert out["best_checkpoint"] is None  # a smoke test: no checkpoint is tested or evaluated
+    assert out["eval"] is None
+
+
+def test_experiment_values_reach_the_model():
+    plus = _compose(["experiment=gfm_rag_plus", "output_dir=x"])
+    star = _compose(["experiment=gfm_rag_star", "output_dir=x"])
+    assert plus.model.use_node_features and plus.datamodule.node_features and plus.model.hidden_channels == 512
+    assert not star.model.use_node_features and star.pretrain is None
+    assert _compose(["experiment=gfm_rag", "output_dir=x"]).pretrain.max_epochs == 1
+    assert _compose(["output_dir=x"]).datamodule.task == "qa"
+
+
+def test_main_job_trains_tests_and_evaluates_against_ppr(glmrag_cache, tmp_path):
+    overrides = ["experiment=demo", "model.hidden_channels=16", "trainer.max_epochs=2", "retriever@baselines=[ppr]"]
+    cfg = _compose([*overrides, "logger=[csv]", "n_boot=200", *_paths(tmp_path)])
+    out = run_train(cfg)
+    best = Path(out["best_checkpoint"])
+    assert best.is_file() and (tmp_path / "ckpt" / "last.ckpt").is_file()
+    assert 0.0 <= out["metrics"]["test/recall@2"] <= 1.0
+    result = out["eval"]
+    assert result.systems == ["gfm_rag_plus_demo-musique100", "ppr"]
+    # Trainer.test and the evaluator rank the same test questions with the same code
+    assert result.overall["gfm_rag_plus_demo-musique100"]["recall@2"].mean == pytest.approx(
+        out["metrics"]["test/recall@2"], abs=1e-6
+    )
+    metrics = json.loads((tmp_path / "out" / "eval" / "metrics.json").read_text())
+    assert metrics["reference"] == "gfm_rag_plus_demo-musique100"
+    assert (tmp_path / "out" / "csv").is_dir()
+
+
+def test_pretraining_stage_feeds_fine_tuning(glmrag_cache, tmp_path):
+    cfg = _compose(["experiment=gfm_rag", *TINY, *_paths(tmp_path), "trainer.max_epochs=1", "evaluate=false"])
+    cfg.data.limit = 4
+    out = run_train(cfg)
+    assert (tmp_path / "ckpt" / "pretrain" / "last.ckpt").is_file()
+    assert Path(out["best_checkpoint"]).is_file()
+
+
+def test_wandb_mode_follows_login(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+    assert not wandb_logged_in() and resolve_wandb_mode("auto") == "offline"
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert resolve_wandb_mode("auto") == "online" and resolve_wandb_mode("offline") == "offline"
+    with pytest.raises(ValueError, match="auto, online, offline or disabled"):
+        resolve_wandb_mode("sometimes")
+
+
+def test_wandb_logger_runs_offline_and_writes_no_key(glmrag_cache, tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    overrides = ["experiment=demo", *TINY, *_paths(tmp_path), "+trainer.fast_dev_run=true", "logger=[wandb]"]
+    cfg = _compose(overrides)
+    assert OmegaConf.select(cfg, "logger.wandb.mode") == "auto"
+    run_train(cfg)
+    runs = list((tmp_path / "out" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    written = b"".join(p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file())
+    assert b"WANDB_API_KEY" not in written
