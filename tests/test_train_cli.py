@@ -65,8 +65,8 @@ def test_main_job_trains_tests_and_evaluates_against_ppr(glmrag_cache, tmp_path)
 
 
 def test_pretraining_stage_feeds_fine_tuning(glmrag_cache, tmp_path):
-    cfg = _compose(["experiment=gfm_rag", *TINY, *_paths(tmp_path), "trainer.max_epochs=1", "evaluate=false"])
-    cfg.data.limit = 4
+    overrides = ["trainer.max_epochs=1", "+trainer.limit_train_batches=3", "evaluate=false", "data.limit=4"]
+    cfg = _compose(["experiment=gfm_rag", *TINY, *_paths(tmp_path), *overrides])
     out = run_train(cfg)
     assert (tmp_path / "ckpt" / "pretrain" / "last.ckpt").is_file()
     assert Path(out["best_checkpoint"]).is_file()
