@@ -83,10 +83,13 @@ def evaluation_config(cfg: DictConfig, ckpt_path: str) -> DictConfig:
     checkpoint = {"_target_": "glmrag.retrievers.checkpoint.CheckpointRetriever", "ckpt_path": ckpt_path}
     retrievers = {cfg.run_name: checkpoint}
     retrievers.update(OmegaConf.to_container(cfg.baselines, resolve=True) or {})
+    index = OmegaConf.to_container(cfg.index, resolve=True)
+    if isinstance(index["extractor"], dict):  # several training KGs: the evaluated one's extractor
+        index["extractor"] = index["extractor"][cfg.data.name]
     return OmegaConf.create(
         {
             "data": {**OmegaConf.to_container(cfg.data, resolve=True), "split": cfg.eval_split},
-            "index": OmegaConf.to_container(cfg.index, resolve=True),
+            "index": index,
             "retriever": retrievers,
             "output_dir": str(Path(cfg.output_dir) / "eval"),
             "reference": cfg.run_name,

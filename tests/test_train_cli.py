@@ -7,7 +7,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from glmrag.training import resolve_wandb_mode, run_train, wandb_logged_in
+from glmrag.training import evaluation_config, resolve_wandb_mode, run_train, wandb_logged_in
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml"))
@@ -93,3 +93,18 @@ def test_wandb_logger_runs_offline_and_writes_no_key(glmrag_cache, tmp_path, mon
     assert len(runs) == 1
     written = b"".join(p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file())
     assert b"WANDB_API_KEY" not in written
+
+
+def test_several_training_kgs_evaluate_on_the_data_kg():
+    cfg = _compose(
+        [
+            "experiment=demo",
+            "datamodule.datasets=[musique100,2wiki_train]",
+            "index.extractor={musique100: openie, 2wiki_train: spacy}",
+            "output_dir=x",
+        ]
+    )
+    assert list(cfg.datamodule.datasets) == ["musique100", "2wiki_train"]
+    ev = evaluation_config(cfg, "best.ckpt")
+    assert ev.index.extractor == "openie" and ev.data.split == "test"
+    assert ev.retriever[cfg.run_name].ckpt_path == "best.ckpt" and set(ev.retriever) == {cfg.run_name, "dense", "ppr"}
