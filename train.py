@@ -1,8 +1,8 @@
 """Train a retriever, test its best checkpoint and compare it with the baselines.
 
-    python train.py experiment=demo                          # GFM-RAG+ (small) on the embedded MuSiQue set, CPU
-    python train.py experiment=gfm_rag_plus trainer=gpu      # paper-size GFM-RAG+
-    python train.py experiment=gfm_rag_plus ckpt_path=checkpoints/<run>/last.ckpt   # resume a killed run
+python train.py experiment=demo                          # GFM-RAG+ (small) on the embedded MuSiQue set, CPU
+python train.py experiment=gfm_rag_plus trainer=gpu      # paper-size GFM-RAG+
+python train.py experiment=gfm_rag_plus ckpt_path=checkpoints/<run>/last.ckpt   # resume a killed run
 """
 
 import hydra
