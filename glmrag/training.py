@@ -144,7 +144,7 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     # a fast_dev_run is a smoke test of the loops: Lightning writes no real checkpoint to evaluate
     best = None if trainer.fast_dev_run else best_checkpoint(callbacks)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    if cfg.get("test") and best and trainer.is_global_zero:
+    if cfg.get("test") and best:  # every rank: under DDP, test is a collective run
         trainer.test(datamodule=trainer.datamodule, ckpt_path=best)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
     result: EvalResult | None = None
