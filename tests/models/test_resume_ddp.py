@@ -99,15 +99,21 @@ def test_two_ddp_processes_match_one_process(fit, index_config, tmp_path):
     script = tmp_path / "ddp_equivalence.py"
     script.write_text(textwrap.dedent(DDP_SCRIPT.format(limit=LIMIT)))
     fit(tmp_path / "warm", max_epochs=0)  # build the index and GNN inputs here, not in 2 processes
-    proc = subprocess.run(
-        [sys.executable, str(script), json.dumps(index_config())],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
+    # gloo on CPU has aborted a spawned rank in its C++ runtime ("terminate called without an active
+    # exception", SIGABRT) once in several runs on a loaded 2-core machine; such a crash is retried once.
+    # Any other failure, and any mismatch, fails at once.
+    for attempt in range(2):
+        proc = subprocess.run(
+            [sys.executable, str(script), json.dumps(index_config())],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+        )
+        if proc.returncode == 0 or "terminated with signal SIGABRT" not in proc.stderr or attempt == 1:
+            break
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    assert proc.returncode == 0 and lines, f"exit code {proc.returncode}\n{proc.stderr[-6000:]}"
     result = json.loads(lines[-1].removeprefix("RESULT "))
     one, two = result["one"], result["two"]
     for name in ("val/loss", "val/recall@1", "val/recall@2", "val/recall@5", "val/mrr", "val/recall@2_best"):
