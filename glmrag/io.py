@@ -1,10 +1,17 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of one."""
+"""Files on disk: the cache root, and atomic writes (a reader sees the old file or the new one, never half)."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
+
+CACHE_ENV = "GLMRAG_CACHE_DIR"
+
+
+def cache_root() -> Path:
+    """``$GLMRAG_CACHE_DIR`` or ``~/.cache/glmrag``: where every cache of glmrag lives (one folder per kind)."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "glmrag").expanduser()
 
 
 def _umask() -> int:

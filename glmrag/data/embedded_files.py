@@ -17,7 +17,7 @@ import lzma
 import os
 from pathlib import Path
 
-from glmrag.io import atomic_write_bytes
+from glmrag.io import atomic_write_bytes, cache_root
 
 EMBEDDED_DIR = Path(__file__).parent / "embedded"
 
@@ -52,8 +52,7 @@ def read_embedded_bytes(name: str) -> bytes:
 
 def cache_dir() -> Path:
     """Where decompressed embedded files live (see the module docstring)."""
-    root = os.environ.get("GLMRAG_CACHE_DIR")
-    return (Path(root) if root else Path.home() / ".cache" / "glmrag") / "embedded"
+    return cache_root() / "embedded"
 
 
 def materialize(name: str) -> Path:

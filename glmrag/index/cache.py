@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -23,16 +22,9 @@ from glmrag.index.extractors.openie_import import OpenIEImportExtractor
 from glmrag.index.extractors.spacy_extractor import SpacyExtractor
 from glmrag.index.kg import KGIndex
 from glmrag.index.store import load_or_build
+from glmrag.io import cache_root
 
 log = logging.getLogger(__name__)
-
-CACHE_ENV = "GLMRAG_CACHE_DIR"
-
-
-def cache_root() -> Path:
-    """``$GLMRAG_CACHE_DIR`` or ``~/.cache/glmrag``: where indexes and embeddings are cached."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "glmrag").expanduser()
-
 
 # Configs name cache folders as ${glmrag_cache:embeddings}, resolved when the job runs.
 if not OmegaConf.has_resolver("glmrag_cache"):

@@ -48,10 +48,10 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import Question
-from glmrag.index.cache import cache_root, get_index
+from glmrag.index.cache import get_index
 from glmrag.index.embed import DEFAULT_MODEL, Embedder
 from glmrag.index.kg import KGIndex
-from glmrag.io import atomic_write_bytes
+from glmrag.io import atomic_write_bytes, cache_root
 from glmrag.nn.graph_inputs import GraphInputs, graph_inputs, seed_weights
 
 log = logging.getLogger(__name__)
