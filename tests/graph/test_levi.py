@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import transformers
 
-from glmrag.graph.levi import encode_subgraph, encode_triples, linearise
+from glmrag.graph.levi import encode_subgraph, encode_triples, graph_positions, linearise, linearise_subgraph
 from glmrag.graph.subgraph import Subgraph
 from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
 
@@ -175,3 +175,71 @@ def test_600_triples_are_consistent(tok, random_graph):
     np.testing.assert_array_equal(g.relative_position, -g.relative_position.T)
     np.testing.assert_array_equal(g.kind[:n_graph, :n_graph], g.kind[:n_graph, :n_graph].T)
     assert not g.relative_position[g.kind == 1].any()
+
+
+@pytest.mark.parametrize("question", [None, "who is the president"])
+def test_path_mode_reads_a_chain_as_its_text(tok, question):
+    chain = [
+        ("barack obama", "was born in", "honolulu"),
+        ("honolulu", "is located in", "hawaii"),
+        ("hawaii", "is a state of", "united states of america"),
+    ]
+    g = encode_triples(chain, tok, question=question, mode="path")
+    n_graph = g.num_graph_tokens
+    steps = np.arange(n_graph)
+    np.testing.assert_array_equal(g.relative_position[:n_graph, :n_graph], steps[None, :] - steps[:, None])
+    assert (g.kind[:n_graph, :n_graph] == 0).all()
+    local = encode_triples(chain, tok, question=question, mode="triple")
+    np.testing.assert_array_equal(g.kind[n_graph:], local.kind[n_graph:])  # question pairs do not depend on it
+
+
+def test_path_mode_takes_shortest_directed_path_and_leaves_unreachable_pairs_global(tok):
+    # paris -> france <- europe: paris and europe are joined by no directed path.
+    g = encode_triples([("paris", "capital of", "france"), ("europe", "located in", "france")], tok, mode="path")
+    # tokens: paris 0 | capital of 1, 2 | france 3 | europe 4 | located in 5, 6
+    assert g.relative_position[0, 3] == 3 and g.relative_position[4, 3] == 3
+    assert g.kind[0, 4] == 1 and g.kind[4, 0] == 1 and g.relative_position[0, 4] == 0
+    assert g.kind[1, 5] == 1  # the two relations: no directed path either way
+    np.testing.assert_array_equal(g.relative_position, -g.relative_position.T)
+
+
+def test_path_mode_agrees_with_triple_mode_within_triples_of_a_tree(tok, random_graph):
+    index = random_graph(num_entities=60, num_triples=59, seed=3)
+    sub = Subgraph(
+        triples=np.arange(59, dtype=np.int64),
+        hop=np.ones(59, dtype=np.int64),
+        entities=np.unique(index.triples[:, [0, 2]]),
+        seeds=np.zeros(0, dtype=np.int64),
+        truncated=False,
+    )
+    triple = encode_subgraph(index, sub, tok, mode="triple")
+    path = encode_subgraph(index, sub, tok, mode="path")
+    joined = triple.kind == 0
+    assert (path.kind[joined] == 0).all()  # every triple pair is also joined by a path
+    np.testing.assert_array_equal(
+        np.abs(path.relative_position[joined]) <= np.abs(triple.relative_position[joined]), True
+    )
+    np.testing.assert_array_equal(path.relative_position, -path.relative_position.T)
+
+
+def test_linearised_subgraph_repeats_entities_and_reads_as_text(tok, kg):
+    index = kg([(0, 0, 1), (1, 0, 2)], num_entities=4)
+    sub = Subgraph(
+        triples=np.array([0, 1], dtype=np.int64),
+        hop=np.ones(2, dtype=np.int64),
+        entities=np.array([0, 3, 1, 2], dtype=np.int64),
+        seeds=np.array([0, 3], dtype=np.int64),
+        truncated=False,
+    )
+    layout = linearise_subgraph(index, sub, tok, question="who is the president")
+    texts = ["e0", "r0", "e1", "e1", "r0", "e2", "e3", "who is the president"]
+    expected = [t for text in texts for t in tok(text, add_special_tokens=False)["input_ids"]]
+    assert layout.input_ids.tolist() == expected
+    assert layout.linear and layout.entity_of_node.tolist() == [0, 1, 2, 3]
+    pieces = [len(tok(text, add_special_tokens=False)["input_ids"]) for text in texts]
+    owners = [0, -1, 1, 1, -1, 2, 3, -1]
+    assert layout.node_of_token.tolist() == [o for o, n in zip(owners, pieces, strict=True) for _ in range(n)]
+    position, kind = graph_positions(layout)
+    steps = np.arange(len(expected))
+    np.testing.assert_array_equal(position, steps[None, :] - steps[:, None])
+    assert (kind == 4).all()
