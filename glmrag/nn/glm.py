@@ -1,0 +1,200 @@
+"""The Graph Language Model encoder: a Hugging Face T5 encoder reading a Levi graph.
+
+GLM-RAG (Sec. 3, "GLM retriever") encodes a subgraph with a GLM (Plenz & Frank 2024): the T5 encoder
+is unchanged except for its attention bias. Plain T5 adds ``table[bucket(j - i), h]`` to the score of
+query ``i`` and key ``j``, with ``table`` the first layer's ``relative_attention_bias`` (32 buckets by
+default) shared by every layer. The GLM indexes the same table with graph-aware bucket ids
+(:func:`graph_buckets`): pairs inside a node or a triple (and question pairs) use T5's bucket of their
+graph-aware relative position (:mod:`glmrag.graph.levi`); the other pairs use three extra buckets,
+"global" graph pairs, question -> graph and graph -> question (GLM-RAG App. B.1: "The default setting
+is global with FullyConnected enabled, resulting in three additional buckets"). The extra rows start as
+copies of the pretrained bucket of the farthest distance (``num_buckets - 1``: keys at least
+``max_distance`` tokens after the query), so an untrained GLM treats unrelated pairs as far apart.
+The **local** GLM lets only pairs inside a node or a triple (and question pairs) attend.
+
+How the bias gets in, without copying ``modeling_t5.py``: :class:`GLMEncoder` runs the encoder's own
+``T5Block`` modules and hands every block a :class:`GraphAttentionBias` as its ``position_bias``. T5
+passes ``position_bias`` through unchanged (layer 0 computes its own bias only when it gets None) to the
+attention function of ``config._attn_implementation``, which is :func:`graph_attention`, registered in
+transformers' ``AttentionInterface`` under :data:`ATTENTION_NAME`. That function computes the attention
+with the bias, keeping the mask separate until the final add, either eagerly (a dense ``(B, H, L, L)``
+bias) or with FlexAttention (a ``score_mod`` that reads the bucket ids; :mod:`glmrag.nn.flex_attention`).
+Given an ordinary tensor ``position_bias`` (plain T5 use of the same model), it is T5's eager attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import AttentionInterface, T5Config, T5EncoderModel
+from transformers.models.t5.modeling_t5 import T5Attention, eager_attention_forward
+
+from glmrag.graph.levi import GRAPH_GLOBAL, SAME_TRIPLE, TEXT_TO_TEXT
+
+ATTENTION_NAME = "glm_graph"
+"""The name of :func:`graph_attention` in transformers' ``AttentionInterface``."""
+NUM_EXTRA_BUCKETS = 3
+"""GLM-RAG App. B.1: global GLM with FullyConnected -> three additional buckets (kinds 1, 2, 3)."""
+ATTENTIONS = ("global", "local")
+BACKENDS = ("eager", "flex")
+
+
+@dataclass
+class GraphAttentionBias:
+    """What T5's attention needs to add the graph-aware bias and mask: passed as ``position_bias``.
+
+    Shapes: ``B`` graphs of ``L`` tokens, ``K`` buckets, ``H`` heads.
+    """
+
+    bucket: torch.Tensor
+    """(B, L, L) int bucket id of each (query, key) pair, in ``[0, K)``."""
+    table: torch.Tensor
+    """(K, H) bias of each bucket and head; gradients reach T5's table and the extra rows."""
+    allowed: torch.Tensor | None
+    """(B, L, L) bool pairs that may attend (the local GLM); None: every pair."""
+    key_mask: torch.Tensor
+    """(B, L) bool real (not padding) tokens."""
+    backend: str = "eager"
+    """``eager`` (dense bias) or ``flex`` (FlexAttention ``score_mod``, for the GPU)."""
+
+    def dense(self, dtype: torch.dtype) -> torch.Tensor:
+        """The additive ``(B, H, L, L)`` bias, mask included: what the eager path adds to the scores."""
+        bias = self.table[self.bucket].permute(0, 3, 1, 2).to(dtype)  # (B, L, L, H) -> (B, H, L, L)
+        allowed = self.key_mask[:, None, None, :]  # (B, 1, 1, L)
+        if self.allowed is not None:
+            allowed = allowed & self.allowed[:, None]  # (B, 1, L, L)
+        return bias.masked_fill(~allowed, torch.finfo(dtype).min)
+
+
+def graph_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    position_bias: torch.Tensor | GraphAttentionBias | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """T5 attention with a :class:`GraphAttentionBias`, or T5's eager attention for a tensor bias.
+
+    Shapes: **query**, **key**, **value** ``(B, H, L, D)`` -> ``(B, L, H, D)`` and the weights (eager
+    path: ``(B, H, L, L)``; flex: None).
+    """
+    if not isinstance(position_bias, GraphAttentionBias):
+        return eager_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, position_bias=position_bias
+        )
+    if attention_mask is not None:
+        raise ValueError("a GraphAttentionBias carries its own mask; call the blocks with attention_mask=None")
+    scaling = 1.0 if scaling is None else scaling
+    if position_bias.backend == "flex":
+        from glmrag.nn.flex_attention import flex_graph_attention  # torch's FlexAttention: a GPU path
+
+        return flex_graph_attention(query, key, value, position_bias, scaling, dropout), None
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, H, L, L)
+    scores = scores + position_bias.dense(scores.dtype)
+    weights = torch.softmax(scores.float(), dim=-1).to(value.dtype)  # (B, H, L, L)
+    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()  # (B, H, L, D) -> (B, L, H, D)
+    return output, weights
+
+
+def register_glm_attention() -> str:
+    """Register :func:`graph_attention` with transformers (idempotent); returns its name."""
+    AttentionInterface.register(ATTENTION_NAME, graph_attention)
+    return ATTENTION_NAME
+
+
+def graph_buckets(
+    relative_position: torch.Tensor, kind: torch.Tensor, num_buckets: int = 32, max_distance: int = 128
+) -> torch.Tensor:
+    """Bucket ids of the GLM: T5's buckets for positioned pairs, ``num_buckets + kind - 1`` for the rest.
+
+    Kinds 0 (same node or triple) and 4 (question pairs) read T5's bidirectional bucket of their
+    relative position; kinds 1, 2, 3 map to the extra buckets ``num_buckets``, ``+ 1``, ``+ 2``.
+
+    Shapes: **relative_position**, **kind** ``(B, L, L)`` -> ``(B, L, L)`` int64.
+    """
+    text = T5Attention._relative_position_bucket(
+        relative_position.long(), bidirectional=True, num_buckets=num_buckets, max_distance=max_distance
+    )
+    positioned = (kind == SAME_TRIPLE) | (kind == TEXT_TO_TEXT)
+    return torch.where(positioned, text, num_buckets + kind.long() - 1)
+
+
+class GLMEncoder(nn.Module):
+    """A T5 encoder reading Levi graphs with graph-aware relative positions.
+
+    Args:
+        t5: the encoder; its ``config._attn_implementation`` is set to :data:`ATTENTION_NAME`.
+        attention: ``global`` (every pair attends; GLM-RAG default) or ``local`` (kind-1 pairs masked).
+        backend: ``eager`` or ``flex`` (:class:`GraphAttentionBias`).
+    """
+
+    def __init__(self, t5: T5EncoderModel, attention: str = "global", backend: str = "eager") -> None:
+        super().__init__()
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        t5.set_attn_implementation(register_glm_attention())
+        self.t5, self.attention, self.backend = t5, attention, backend
+        table = self.position_table.weight  # (num_buckets, H)
+        self.extra_bias = nn.Parameter(table[-1:].detach().clone().repeat(NUM_EXTRA_BUCKETS, 1))  # (3, H)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, **kwargs) -> GLMEncoder:
+        """The pretrained encoder of ``name_or_path`` (``t5-small``/``t5-base``/``t5-large``, or a folder)."""
+        return cls(T5EncoderModel.from_pretrained(name_or_path, attn_implementation=register_glm_attention()), **kwargs)
+
+    @classmethod
+    def from_config(cls, config: T5Config, **kwargs) -> GLMEncoder:
+        """A randomly initialised encoder (tests, the offline demo)."""
+        return cls(T5EncoderModel._from_config(config, attn_implementation=register_glm_attention()), **kwargs)
+
+    @property
+    def config(self) -> T5Config:
+        return self.t5.config
+
+    @property
+    def position_table(self) -> nn.Embedding:
+        """T5's pretrained ``relative_attention_bias`` (layer 0, shared by every layer)."""
+        return self.t5.encoder.block[0].layer[0].SelfAttention.relative_attention_bias
+
+    def attention_bias(
+        self, token_mask: torch.Tensor, relative_position: torch.Tensor, kind: torch.Tensor
+    ) -> GraphAttentionBias:
+        """The :class:`GraphAttentionBias` every block reads.
+
+        Shapes: **token_mask** ``(B, L)``, **relative_position**, **kind** ``(B, L, L)``.
+        """
+        config = self.config
+        bucket = graph_buckets(
+            relative_position, kind, config.relative_attention_num_buckets, config.relative_attention_max_distance
+        )  # (B, L, L)
+        table = torch.cat([self.position_table.weight, self.extra_bias])  # (K, H)
+        allowed = kind != GRAPH_GLOBAL if self.attention == "local" else None  # (B, L, L)
+        return GraphAttentionBias(bucket, table, allowed, token_mask.bool(), self.backend)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_mask: torch.Tensor,
+        relative_position: torch.Tensor,
+        kind: torch.Tensor,
+    ) -> torch.Tensor:
+        """Contextual token states of a batch of Levi graphs.
+
+        Shapes: **input_ids**, **token_mask** ``(B, L)``, **relative_position**, **kind** ``(B, L, L)``
+        -> ``(B, L, d_model)``.
+        """
+        bias = self.attention_bias(token_mask, relative_position, kind)
+        encoder = self.t5.encoder
+        hidden = encoder.dropout(encoder.embed_tokens(input_ids))  # (B, L, d)
+        for block in encoder.block:
+            hidden = block(hidden, None, bias)[0]  # (B, L, d)
+        return encoder.dropout(encoder.final_layer_norm(hidden))
