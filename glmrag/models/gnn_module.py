@@ -29,24 +29,20 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
-from lightning import LightningModule
 from torch import nn
-from torchmetrics import MaxMetric, MeanMetric, Metric
 
-from glmrag.eval.metrics import retrieval_metrics
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.models.losses import gfm_rag_loss
+from glmrag.models.retriever_module import RetrieverModule
 from glmrag.nn.gnn import GNNConfig, QueryGNN
 from glmrag.nn.graph_inputs import GraphInputs
 from glmrag.nn.kgc import ADVERSARIAL_TEMPERATURE, NUM_NEGATIVES, kgc_loss, sample_kgc_batch
-from glmrag.retrievers.entity_ranking import DOC_RANKER_ENTITIES, RANKERS, rank_passages
+from glmrag.retrievers.entity_ranking import DOC_RANKER_ENTITIES, rank_passages
 
 STAGES = ("qa", "kgc")
 LEARNING_RATE = 5e-4
 """GLM-RAG Table 14, GFM-RAG fine-tuning: AdamW, lr 5e-4 (also GFM-RAG's pretraining lr)."""
-BEST_METRIC = "recall@2"
-"""The headline metric (GLM-RAG §5) whose best value is logged as ``val/recall@2_best``."""
 
 
 def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
@@ -54,7 +50,7 @@ def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=LEARNING_RATE)
 
 
-class GNNRetrieverModule(LightningModule):
+class GNNRetrieverModule(RetrieverModule):
     """Trains a :class:`QueryGNN` to score the entities of a question's supporting passages.
 
     Args:
@@ -100,11 +96,7 @@ class GNNRetrieverModule(LightningModule):
         super().__init__()
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
-        if ranker not in RANKERS:
-            raise ValueError(f"ranker must be one of {RANKERS}, got {ranker!r}")
-        ks = tuple(sorted({int(k) for k in ks}))  # a plain tuple (not a Hydra ListConfig) in the checkpoint
-        if 2 not in ks:
-            raise ValueError(f"ks must include 2 (val/{BEST_METRIC}_best is tracked), got {ks}")
+        ks = self.init_evaluation(ks, ranker)  # checked, and a plain tuple in the checkpoint
         # Optimizer and scheduler factories are not hyper-parameters: a checkpoint holds plain values only,
         # so it loads with torch.load(weights_only=True).
         self.save_hyperparameters(ignore=["optimizer", "scheduler"], logger=False)
@@ -125,12 +117,6 @@ class GNNRetrieverModule(LightningModule):
         self.loss_fn = functools.partial(
             gfm_rag_loss, bce_weight=bce_weight, listce_weight=listce_weight, temperature=temperature
         )
-        self.metric_names = [f"recall@{k}" for k in ks] + ["mrr"]
-        self.val_loss, self.test_loss = MeanMetric(), MeanMetric()
-        self.val_metrics = nn.ModuleDict({name: MeanMetric() for name in self.metric_names})
-        self.test_metrics = nn.ModuleDict({name: MeanMetric() for name in self.metric_names})
-        self.val_best = MaxMetric()
-        self.val_best.persistent(True)  # saved in checkpoints, so a resumed run remembers the best epoch
         self._graphs: dict[tuple[str, torch.device], GraphInputs] = {}
 
     # -- the KGs, handed over by the DataModule --
@@ -138,12 +124,7 @@ class GNNRetrieverModule(LightningModule):
     def setup(self, stage: str) -> None:
         """Check the DataModule (the source of the KGs) and, for ``fit``, load ``init_from``."""
         self._graphs.clear()
-        # Fresh metric states outside inference mode: states reset at the end of a trainer.validate() are
-        # inference tensors, which a later trainer.fit() could not update in place. The best value starts
-        # afresh with each fit (a resumed fit then restores it from the checkpoint).
-        for metric in self.modules():
-            if isinstance(metric, Metric) and (metric is not self.val_best or stage == "fit"):
-                metric.reset()
+        self.reset_metrics(stage)
         dm = getattr(self.trainer, "datamodule", None)
         if dm is None or not callable(getattr(dm, "graph", None)) or not callable(getattr(dm, "index", None)):
             raise RuntimeError(
@@ -214,64 +195,20 @@ class GNNRetrieverModule(LightningModule):
         return kgc_loss(self.gnn, graph, kgc, self.hparams.adversarial_temperature)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        loss = self.kgc_step(batch) if self.hparams.stage == "kgc" else self.model_step(batch)[0]
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=len(batch["real"]))
+        if self.hparams.stage != "kgc":
+            return super().training_step(batch, batch_idx)
+        loss = self.kgc_step(batch)
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=len(batch["triples"]))
         return loss
 
-    # -- evaluation --
-
-    def _eval_step(self, batch: dict[str, Any], loss_metric: MeanMetric, metrics: nn.ModuleDict) -> None:
-        loss, logits = self.model_step(batch)
-        real = batch["real"].tolist()
-        loss_metric.update(loss, weight=sum(real))
+    def ranked_passages(self, batch: dict[str, Any], logits: torch.Tensor) -> list[list[str]]:
+        """The best ``max(ks)`` passages of each row, from the logits of every entity of the batch's KG."""
         index = self.index(batch["kg"])
         positions, _ = rank_passages(
             logits.detach().float().cpu().numpy(),
             index,
-            top_k_passages=max(self.hparams.ks),
+            top_k_passages=max(self.ks),
             method=self.hparams.ranker,
             top_entities=self.hparams.top_entities,
         )  # (B, max ks)
-        for row, gold in enumerate(batch["gold"]):
-            if not real[row] or not gold:  # padding, or no gold passage (the evaluator excludes it)
-                continue
-            ranked = [index.passage_ids[p] for p in positions[row]]
-            values = retrieval_metrics(ranked, gold, self.hparams.ks)
-            for name in self.metric_names:
-                metrics[name].update(values[name])
-
-    def _log_epoch(self, prefix: str, loss_metric: MeanMetric, metrics: nn.ModuleDict) -> dict[str, torch.Tensor]:
-        """Compute (synchronised across devices by torchmetrics), log and reset the epoch's metrics."""
-        values = {"loss": loss_metric.compute(), **{name: m.compute() for name, m in metrics.items()}}
-        for name, value in values.items():
-            self.log(f"{prefix}/{name}", value, sync_dist=True, prog_bar=name in ("loss", BEST_METRIC))
-        loss_metric.reset()
-        for m in metrics.values():
-            m.reset()
-        return values
-
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        self._eval_step(batch, self.val_loss, self.val_metrics)
-
-    def on_validation_epoch_end(self) -> None:
-        values = self._log_epoch("val", self.val_loss, self.val_metrics)
-        if self.trainer.sanity_checking:  # the sanity check's few batches do not count as an epoch
-            return
-        self.val_best(values[BEST_METRIC])
-        self.log(f"val/{BEST_METRIC}_best", self.val_best.compute(), sync_dist=True, prog_bar=True)
-
-    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        self._eval_step(batch, self.test_loss, self.test_metrics)
-
-    def on_test_epoch_end(self) -> None:
-        self._log_epoch("test", self.test_loss, self.test_metrics)
-
-    def configure_optimizers(self) -> Any:
-        optimizer = self.optimizer_factory(params=self.parameters())
-        if self.scheduler_factory is None:
-            return {"optimizer": optimizer}
-        scheduler = self.scheduler_factory(optimizer=optimizer)
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "monitor": "val/loss", "interval": "epoch", "frequency": 1},
-        }
+        return [[index.passage_ids[p] for p in row] for row in positions]
