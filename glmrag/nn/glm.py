@@ -32,6 +32,7 @@ from transformers import AttentionInterface, T5Config, T5EncoderModel
 from transformers.models.t5.modeling_t5 import T5Attention, eager_attention_forward
 
 from glmrag.graph.levi import GRAPH_GLOBAL, SAME_TRIPLE, TEXT_TO_TEXT
+from glmrag.nn.flex_attention import eager_graph_attention, flex_graph_attention
 
 ATTENTION_NAME = "glm_graph"
 """The name of :func:`graph_attention` in transformers' ``AttentionInterface``."""
@@ -59,14 +60,6 @@ class GraphAttentionBias:
     backend: str = "eager"
     """``eager`` (dense bias) or ``flex`` (FlexAttention ``score_mod``, for the GPU)."""
 
-    def dense(self, dtype: torch.dtype) -> torch.Tensor:
-        """The additive ``(B, H, L, L)`` bias, mask included: what the eager path adds to the scores."""
-        bias = self.table[self.bucket].permute(0, 3, 1, 2).to(dtype)  # (B, L, L, H) -> (B, H, L, L)
-        allowed = self.key_mask[:, None, None, :]  # (B, 1, 1, L)
-        if self.allowed is not None:
-            allowed = allowed & self.allowed[:, None]  # (B, 1, L, L)
-        return bias.masked_fill(~allowed, torch.finfo(dtype).min)
-
 
 def graph_attention(
     module: nn.Module,
@@ -81,8 +74,8 @@ def graph_attention(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """T5 attention with a :class:`GraphAttentionBias`, or T5's eager attention for a tensor bias.
 
-    Shapes: **query**, **key**, **value** ``(B, H, L, D)`` -> ``(B, L, H, D)`` and the weights (eager
-    path: ``(B, H, L, L)``; flex: None).
+    Shapes: **query**, **key**, **value** ``(B, H, L, D)`` -> ``(B, L, H, D)`` and None (the graph paths
+    return no attention weights).
     """
     if not isinstance(position_bias, GraphAttentionBias):
         return eager_attention_forward(
@@ -92,15 +85,8 @@ def graph_attention(
         raise ValueError("a GraphAttentionBias carries its own mask; call the blocks with attention_mask=None")
     scaling = 1.0 if scaling is None else scaling
     if position_bias.backend == "flex":
-        from glmrag.nn.flex_attention import flex_graph_attention  # torch's FlexAttention: a GPU path
-
         return flex_graph_attention(query, key, value, position_bias, scaling, dropout), None
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, H, L, L)
-    scores = scores + position_bias.dense(scores.dtype)
-    weights = torch.softmax(scores.float(), dim=-1).to(value.dtype)  # (B, H, L, L)
-    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
-    output = torch.matmul(weights, value).transpose(1, 2).contiguous()  # (B, H, L, D) -> (B, L, H, D)
-    return output, weights
+    return eager_graph_attention(query, key, value, position_bias, scaling, dropout, module.training), None
 
 
 def register_glm_attention() -> str:

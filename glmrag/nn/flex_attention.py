@@ -1,0 +1,264 @@
+"""Graph-aware T5 self-attention: an eager reference and a FlexAttention kernel.
+
+The GLM retriever (GLM-RAG) is a T5 encoder whose attention bias is looked up
+per (query, key) pair from a small trainable table, indexed by a graph-aware
+bucket id instead of T5's text relative position:
+
+    scores[b, h, i, j] = q[b, h, i] · k[b, h, j] * scaling + table[bucket[b, i, j], h]
+
+Pairs that may not attend (``allowed`` False in the local GLM, or a padding
+key) are masked before the softmax. Both functions here take that bias as a
+``GraphAttentionBias`` (``glmrag.nn.glm``): ``bucket`` (B, L, L) integer,
+``table`` (K, H) float, ``allowed`` (B, L, L) bool or None, ``key_mask``
+(B, L) bool.
+
+Two paths, one semantics:
+
+- ``eager_graph_attention`` (the reference) gathers ``table[bucket]`` into a
+  dense (B, H, L, L) bias, adds it to the float32 scores, masks with
+  ``finfo.min`` (a fully masked row, e.g. a padding query of the local GLM,
+  gets a uniform softmax, never NaN), softmaxes in float32 and applies dropout.
+- ``flex_graph_attention`` hands a ``score_mod`` that reads
+  ``table[bucket[b, q_idx, kv_idx], h]`` to ``torch.nn.attention.flex_attention``
+  and a ``BlockMask`` built from ``allowed & key_mask``. The fused kernel
+  never materialises the (B, H, L, L) bias, scores or weights, and skips
+  128 x 128 blocks with no allowed pair: the local GLM's cost follows its
+  number of allowed pairs, provided the token order keeps graph neighbours
+  near each other (block sparsity is counted on the linearised sequence).
+
+Why it matters (memory). The GLM-RAG subgraphs are long: about 5.5 tokens per
+triplet, so 600 triplets are about 3,300 tokens (GLM-RAG Table 7 regime, T5-large:
+16 heads, 24 layers). The eager path holds per layer a (H, L, L) float32 bias
+and scores, 16 x 3,300^2 x 4 B = 0.70 GB each per example, and training keeps
+the float32 softmax and its bf16 copy (about 1.05 GB per layer, 25 GB over 24
+layers) for the backward. The flex path holds one (L, L) int32 bucket tensor
+(44 MB, shared by all layers), the (K, H) table, an (L, L) bool mask (11 MB)
+and a block mask of (L/128)^2 entries; the backward recomputes the scores
+from q, k and the per-row log-sum-exp, so nothing quadratic is saved per layer.
+
+Differences the caller must know:
+
+- Rows with no allowed key (padding queries when ``allowed`` masks them): eager
+  returns the mean of all values (uniform softmax), flex returns 0 (its
+  log-sum-exp is -inf and the kernel writes zeros); neither is NaN and both
+  give zero gradient to q and k for that row. Callers ignore padding rows, so
+  the two paths agree wherever it matters.
+- Attention dropout is not supported by flex: ``flex_graph_attention`` raises
+  if ``dropout > 0`` (set ``dropout_rate: 0`` in the T5 config, or use the
+  eager backend).
+- On CUDA the kernel is ``torch.compile(flex_attention)`` (compiled once per
+  process, lazily). On CPU the uncompiled call runs an unfused reference that
+  materialises the scores: slow, for tests. Torch refuses its backward when
+  q, k or v require grad on CPU (the guard targets the inductor CPU lowering,
+  which is inference only); the unfused math backward itself is correct, and
+  ``cpu_flex_backward()`` lifts the guard for tests and smoke runs. Gradients
+  reach ``table`` (a tensor captured by the ``score_mod`` closure) on both
+  devices: dynamo lifts captured tensors into the kernel's buffers, and the
+  backward returns their gradients.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+import weakref
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import flex_attention as _flex_module
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+
+if TYPE_CHECKING:
+    from glmrag.nn.glm import GraphAttentionBias
+
+__all__ = ["cpu_flex_backward", "eager_graph_attention", "flex_graph_attention", "graph_block_mask"]
+
+_COMPILED_FLEX: Callable[..., torch.Tensor] | None = None
+# One cached block mask: all layers of one forward (and the recomputation under
+# activation checkpointing) share one bias object, so one entry serves them all.
+_LAST_BLOCK_MASK: tuple[tuple[Callable[[], object], ...], int, BlockMask] | None = None
+
+
+def eager_graph_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    bias: GraphAttentionBias,
+    scaling: float,
+    dropout: float = 0.0,
+    training: bool = False,
+) -> torch.Tensor:
+    """Reference graph-biased attention with a dense (B, H, L, L) bias.
+
+    Masked pairs get ``finfo(float32).min``, so a fully masked row softmaxes to
+    a uniform row (never NaN). The softmax runs in float32 and its result is
+    cast to ``value.dtype`` before dropout and the value product.
+
+    Shapes:
+        query, key, value: (B, H, L, D)
+        bias.bucket: (B, L, L) integer in [0, K); bias.table: (K, H)
+        bias.allowed: (B, L, L) bool or None; bias.key_mask: (B, L) bool
+        output: (B, L, H, D), contiguous (what T5Attention reshapes to (B, L, H * D))
+    """
+    scores = torch.matmul(query, key.transpose(2, 3)).float()  # (B, H, L, L)
+    if scaling != 1.0:
+        scores = scores * scaling
+    pair_bias = F.embedding(bias.bucket.long(), bias.table)  # (B, L, L, H)
+    scores = scores + pair_bias.permute(0, 3, 1, 2).float()  # (B, H, L, L)
+    keep = bias.key_mask[:, None, None, :]  # (B, 1, 1, L)
+    if bias.allowed is not None:
+        keep = keep & bias.allowed[:, None]  # (B, 1, L, L)
+    scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1).to(value.dtype)  # (B, H, L, L)
+    weights = F.dropout(weights, p=dropout, training=training)
+    output = torch.matmul(weights, value)  # (B, H, L, D)
+    return output.transpose(1, 2).contiguous()  # (B, L, H, D)
+
+
+def graph_block_mask(bias: GraphAttentionBias, seq_len: int) -> BlockMask:
+    """The ``BlockMask`` of pairs that may attend: ``allowed[b, i, j] & key_mask[b, j]``.
+
+    Broadcast over heads. Blocks (128 x 128) with no allowed pair are skipped
+    by the kernel; blocks with some are masked element by element.
+
+    Shapes:
+        bias.allowed: (B, L, L) bool or None; bias.key_mask: (B, L) bool
+        output: BlockMask of shape (B, 1, L, L)
+    """
+    key_mask, allowed = bias.key_mask, bias.allowed
+    if allowed is None:
+
+        def mask_mod(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+            return key_mask[b, kv_idx]
+
+    else:
+
+        def mask_mod(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+            return allowed[b, q_idx, kv_idx] & key_mask[b, kv_idx]
+
+    return create_block_mask(mask_mod, key_mask.shape[0], None, seq_len, seq_len, device=key_mask.device)
+
+
+def _cached_block_mask(bias: GraphAttentionBias, seq_len: int) -> BlockMask:
+    """``graph_block_mask``, reused while the same bias object with the same mask tensors comes back.
+
+    The bias tensors are treated as immutable: editing ``allowed`` or ``key_mask``
+    in place between calls is not seen (assigning new tensors is).
+    """
+    global _LAST_BLOCK_MASK
+    given = getattr(bias, "block_mask", None)
+    if given is not None:
+        return given
+    mask_tensors = (bias.key_mask, bias.allowed)
+    if _LAST_BLOCK_MASK is not None:
+        refs, last_len, block_mask = _LAST_BLOCK_MASK
+        if last_len == seq_len and all(ref() is obj for ref, obj in zip(refs, (bias, *mask_tensors), strict=True)):
+            return block_mask
+    block_mask = graph_block_mask(bias, seq_len)
+    try:
+        refs = tuple(weakref.ref(obj) if obj is not None else _none_ref for obj in (bias, *mask_tensors))
+        _LAST_BLOCK_MASK = (refs, seq_len, block_mask)
+    except TypeError:  # a bias type without weakref support: no caching
+        _LAST_BLOCK_MASK = None
+    return block_mask
+
+
+def _none_ref() -> None:
+    """Stands in for a weak reference to ``None`` (``allowed`` of the global GLM)."""
+    return None
+
+
+def _flex_kernel(device: torch.device) -> Callable[..., torch.Tensor]:
+    """``torch.compile(flex_attention)`` on CUDA (compiled once), the plain call elsewhere."""
+    global _COMPILED_FLEX
+    if device.type != "cuda":
+        return flex_attention
+    if _COMPILED_FLEX is None:
+        _COMPILED_FLEX = torch.compile(flex_attention)
+    return _COMPILED_FLEX
+
+
+def flex_graph_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    bias: GraphAttentionBias,
+    scaling: float,
+    dropout: float = 0.0,
+) -> torch.Tensor:
+    """Graph-biased attention with FlexAttention; equals ``eager_graph_attention`` on every row with an allowed key.
+
+    A row with no allowed key (a padding query masked by ``allowed``) returns 0
+    where the eager path returns the mean of the values. If ``bias`` has a
+    ``block_mask`` attribute that is not None, it is used as is (build it once
+    per forward with ``graph_block_mask``); otherwise the block mask is built
+    here and reused while the same bias object is passed again (all layers of
+    one forward).
+
+    Shapes:
+        query, key, value: (B, H, L, D)
+        bias.bucket: (B, L, L) integer in [0, K); bias.table: (K, H)
+        bias.allowed: (B, L, L) bool or None; bias.key_mask: (B, L) bool
+        output: (B, L, H, D), contiguous
+    """
+    if dropout > 0:
+        raise ValueError(
+            f"flex_graph_attention got attention dropout {dropout}, which FlexAttention does not support; "
+            "set dropout_rate: 0 in the T5 config of the GLM encoder, or use backend 'eager'"
+        )
+    seq_len = query.shape[-2]
+    if key.shape[-2] != seq_len or bias.bucket.shape[-2:] != (seq_len, seq_len):
+        raise ValueError(
+            f"flex_graph_attention is self-attention over one sequence: query length {seq_len}, "
+            f"key length {key.shape[-2]}, bucket shape {tuple(bias.bucket.shape)}; expected bucket (B, L, L)"
+        )
+    table, bucket = bias.table, bias.bucket
+
+    def score_mod(
+        score: torch.Tensor, b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
+    ) -> torch.Tensor:
+        # The cast lets the bucket tensor be any integer dtype (int8/int16 halve its memory traffic).
+        return score + table[bucket[b, q_idx, kv_idx].to(torch.int64), h]
+
+    block_mask = _cached_block_mask(bias, seq_len)
+    kernel = _flex_kernel(query.device)
+    try:
+        with warnings.catch_warnings():
+            # On CPU the uncompiled, unfused path is deliberate (a reference for tests).
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+            output = kernel(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scaling)
+    except NotImplementedError as err:
+        if query.device.type != "cpu":
+            raise
+        raise NotImplementedError(
+            f"{err} flex_graph_attention: FlexAttention has no backward on CPU; train on CPU with backend 'eager' "
+            "(tests may wrap the call in glmrag.nn.flex_attention.cpu_flex_backward())"
+        ) from err
+    return output.transpose(1, 2).contiguous()  # (B, H, L, D) -> (B, L, H, D)
+
+
+@contextlib.contextmanager
+def cpu_flex_backward() -> Iterator[None]:
+    """Let uncompiled FlexAttention run its backward on CPU (tests and smoke runs only).
+
+    Torch refuses CPU inputs that require grad because its compiled CPU kernel
+    is inference only; the uncompiled path used here on CPU differentiates the
+    unfused math reference, which is correct but slow. This lifts that check
+    for the duration of the block and restores it afterwards.
+    """
+    original = getattr(_flex_module, "_validate_device", None)
+    if original is None:  # a torch without the guard
+        yield
+        return
+
+    def validate_device(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+        if query.device.type != "cpu":
+            original(query, key, value)
+
+    _flex_module._validate_device = validate_device
+    try:
+        yield
+    finally:
+        _flex_module._validate_device = original
