@@ -80,7 +80,7 @@ def best_checkpoint(callbacks: list[Callback]) -> str | None:
 
 def evaluation_config(cfg: DictConfig, ckpt_path: str) -> DictConfig:
     """An ``eval.yaml``-shaped config: the trained checkpoint and the baselines on the test split."""
-    checkpoint = {"_target_": "glmrag.retrievers.checkpoint.CheckpointRetriever", "ckpt_path": ckpt_path}
+    checkpoint = {"_target_": "glmrag.retrievers.checkpoint.load_checkpoint_retriever", "ckpt_path": ckpt_path}
     retrievers = {cfg.run_name: checkpoint}
     retrievers.update(OmegaConf.to_container(cfg.baselines, resolve=True) or {})
     index = OmegaConf.to_container(cfg.index, resolve=True)

@@ -12,6 +12,17 @@ from glmrag.training import evaluation_config, resolve_wandb_mode, run_train, wa
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml"))
 TINY = ["model.hidden_channels=8", "model.num_layers=1", "data.limit=8", "logger=[csv]"]
+TINY_GLM = [
+    "model.t5_config={d_model: 16, d_ff: 32, num_layers: 1, num_heads: 2, d_kv: 8}",
+    "model.tokenizer=offline:all-MiniLM-L6-v2",
+    "model.max_triplets=30",
+    "data.limit=8",
+    "logger=[csv]",
+]
+
+
+def tiny(experiment: str) -> list[str]:
+    return TINY_GLM if experiment.startswith("glm") else TINY
 
 
 def _compose(overrides):
@@ -24,12 +35,12 @@ def _paths(tmp_path):
 
 
 def test_experiments_exist():
-    assert {"demo", "gfm_rag", "gfm_rag_star", "gfm_rag_plus"} <= set(EXPERIMENTS)
+    assert {"demo", "gfm_rag", "gfm_rag_star", "gfm_rag_plus", "glm_rag", "glm_demo", "glm_linear"} <= set(EXPERIMENTS)
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_experiment_runs_fast_dev_run(experiment, glmrag_cache, tmp_path):
-    cfg = _compose([f"experiment={experiment}", *TINY, *_paths(tmp_path), "+trainer.fast_dev_run=true"])
+    cfg = _compose([f"experiment={experiment}", *tiny(experiment), *_paths(tmp_path), "+trainer.fast_dev_run=true"])
     assert cfg.run_name == f"{cfg.model_name}-musique100"
     out = run_train(cfg)
     assert out["metrics"]["train/loss"] >= 0.0
@@ -62,6 +73,29 @@ def test_main_job_trains_tests_and_evaluates_against_ppr(glmrag_cache, tmp_path)
     metrics = json.loads((tmp_path / "out" / "eval" / "metrics.json").read_text())
     assert metrics["reference"] == "gfm_rag_plus_demo-musique100"
     assert (tmp_path / "out" / "csv").is_dir()
+
+
+def test_glm_trains_tests_and_evaluates_like_the_gnn(glmrag_cache, tmp_path):
+    overrides = ["experiment=glm_demo", "trainer.max_epochs=1", "retriever@baselines=[ppr]", "data.limit=12"]
+    cfg = _compose([*overrides, "model.max_triplets=40", "logger=[csv]", "n_boot=100", *_paths(tmp_path)])
+    assert cfg.datamodule.max_triplets == 40 and cfg.datamodule.tokenizer == cfg.model.tokenizer
+    out = run_train(cfg)
+    result = out["eval"]
+    assert result.systems == ["glm_demo-musique100", "ppr"]
+    # The GLM checkpoint retriever rebuilds the subgraphs and ranks as Trainer.test did.
+    assert result.overall["glm_demo-musique100"]["recall@2"].mean == pytest.approx(
+        out["metrics"]["test/recall@2"], abs=1e-6
+    )
+
+
+def test_glm_ablation_values_reach_the_model_and_datamodule():
+    linear = _compose(["experiment=glm_linear", "output_dir=x"])
+    assert linear.model.layout == "linear" and linear.datamodule.layout == "linear" and linear.model.t5 == "t5-base"
+    assert _compose(["experiment=glm_local", "output_dir=x"]).model.attention == "local"
+    none = _compose(["experiment=glm_no_interaction", "output_dir=x"])
+    assert not none.model.use_text and not none.datamodule.use_text and not none.model.query_interaction
+    hops = _compose(["experiment=glm_rag", "model.max_hops=3", "model.max_triplets=300", "output_dir=x"])
+    assert (hops.datamodule.max_hops, hops.datamodule.max_triplets) == (3, 300)
 
 
 def test_pretraining_stage_feeds_fine_tuning(glmrag_cache, tmp_path):

@@ -95,6 +95,9 @@ def register_glm_attention() -> str:
     return ATTENTION_NAME
 
 
+register_glm_attention()  # at import: a process that unpickles a GLM (ddp_spawn) can run it
+
+
 def graph_buckets(
     relative_position: torch.Tensor, kind: torch.Tensor, num_buckets: int = 32, max_distance: int = 128
 ) -> torch.Tensor:

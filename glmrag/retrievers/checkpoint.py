@@ -22,6 +22,7 @@ from glmrag.models.gnn_module import GNNRetrieverModule
 from glmrag.nn.graph_inputs import GraphInputs, seed_weights
 from glmrag.retrievers.base import Ranking
 from glmrag.retrievers.entity_ranking import DOC_RANKER_ENTITIES, make_rankings, rank_passages, top_k_stable
+from glmrag.retrievers.glm_checkpoint import GLMCheckpointRetriever
 
 
 class CheckpointRetriever:
@@ -90,3 +91,17 @@ class CheckpointRetriever:
         positions, scores = rank_passages(logits, index, top_k, self.ranker, self.top_entities)  # (Q, k)
         entities, entity_scores = top_k_stable(logits, self.top_entities)  # (Q, top_entities)
         return make_rankings([q.id for q in questions], index.passage_ids, positions, scores, entities, entity_scores)
+
+
+def load_checkpoint_retriever(
+    ckpt_path: str,
+    ranker: str = "idf_topk",
+    top_entities: int = DOC_RANKER_ENTITIES,
+    batch_size: int = 4,
+    device: str = "cpu",
+) -> CheckpointRetriever | GLMCheckpointRetriever:
+    """The retriever of any checkpoint written by ``train.py``: a GLM (its hyper-parameters name a ``t5``) or a GNN."""
+    hparams = torch.load(ckpt_path, map_location="cpu", weights_only=True).get("hyper_parameters", {})
+    if "t5" in hparams:
+        return GLMCheckpointRetriever(ckpt_path, batch_size, device, ranker, top_entities)
+    return CheckpointRetriever(ckpt_path, ranker, top_entities, batch_size, device)

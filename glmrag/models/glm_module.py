@@ -1,0 +1,196 @@
+"""The GLM retriever as a LightningModule (GLM-RAG, the project's main method).
+
+A :class:`~glmrag.nn.glm_retriever.GLMRetriever` scores the entity nodes of each question's budgeted
+subgraph (:mod:`glmrag.models.subgraph_data` streams them). Loss (GLM-RAG App. B.1-B.2): 0.56 x masked
+ListCE, normalised over the subgraph's entity nodes only ("unscored entities must not enter the
+partition function"), plus 0.44 x GFM-RAG's weighted BCE over the same nodes
+(:func:`~glmrag.models.losses.gfm_rag_loss` with the node mask). Optimiser (GLM-RAG Table 14): AdamW,
+lr 5e-4 for the head (entity scorer, question projection, the extra bias buckets) and 1e-4 for the T5
+backbone; batch 2 and 2 epochs belong to the DataModule and the Trainer.
+
+Evaluation ranks passages as the GNN does: the node logits are scattered into a vector over every
+entity of the question's KG (entities outside the subgraph get ``-inf``: never selected) and GFM-RAG's
+document ranker (``idf_topk``, 20 entities) maps them to passages.
+
+The module also records how its subgraphs are built (hops, triplet budget, layout, FullyConnected
+question text, position mode): the DataModule must build the same (checked in ``setup``), and a
+:class:`~glmrag.retrievers.glm_checkpoint.GLMCheckpointRetriever` rebuilds them at inference.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import T5Config
+
+from glmrag.graph.levi import POSITION_MODES
+from glmrag.index.embed import DEFAULT_MODEL
+from glmrag.models.glm_inputs import load_tokenizer
+from glmrag.models.losses import gfm_rag_loss
+from glmrag.models.retriever_module import RetrieverModule
+from glmrag.nn.glm import GLMEncoder
+from glmrag.nn.glm_retriever import GLMInputs, GLMRetriever
+from glmrag.retrievers.entity_ranking import DOC_RANKER_ENTITIES, rank_passages
+
+HEAD_LR = 5e-4
+"""GLM-RAG Table 14: learning rate of the entity scorer and question projection."""
+BACKBONE_LR = 1e-4
+"""GLM-RAG Table 14: learning rate of the T5 backbone."""
+LAYOUTS = ("graph", "linear")
+SUBGRAPH_FIELDS = ("max_hops", "max_triplets", "layout", "use_text", "position_mode", "subgraph_seed")
+"""Hyper-parameters the DataModule must share with the module."""
+
+
+class GLMRetrieverModule(RetrieverModule):
+    """Trains the GLM retriever.
+
+    Args:
+        t5: the pretrained T5 to start from (``t5-small``, ``t5-base``, ``t5-large``, or a folder).
+        t5_config: instead of ``t5``, a randomly initialised T5 with these ``T5Config`` fields (no hub needed;
+            the offline demo and the tests). ``vocab_size`` defaults to the tokenizer's.
+        tokenizer: tokenizer of the subgraphs (None: ``t5``'s).
+        attention: ``global`` (GLM-RAG default) or ``local`` GLM.
+        aggregation: node pooling ``mean`` | ``first`` | ``last``.
+        query_interaction: multiply node embeddings by the projected question embedding (GLM-RAG default on).
+        question_dim: size of the question sentence embedding (384: all-MiniLM-L6-v2).
+        backend: attention backend, ``eager`` or ``flex`` (:mod:`glmrag.nn.glm`).
+        gradient_checkpointing: recompute T5 blocks in the backward pass (saves activation memory).
+        max_hops, max_triplets, layout, use_text, position_mode, subgraph_seed: how subgraphs are built
+            (GLM-RAG App. C: 2 hops, 600 triplets; ``layout=linear`` is the Table 15 baseline "without
+            graph-aware attention"; ``use_text``: FullyConnected, the question tokens appended;
+            ``subgraph_seed``: the randomized BFS that fills the budget).
+        listce_weight, bce_weight, temperature: the loss (GLM-RAG App. B.1: 0.56 / 0.44; GFM-RAG's 0.2).
+        head_lr, backbone_lr: AdamW learning rates (GLM-RAG Table 14).
+        optimizer: ``params -> Optimizer`` (Hydra ``_partial_: true``) given two parameter groups with their
+            lr; None: AdamW. scheduler: ``optimizer -> LRScheduler`` or None.
+        ks, ranker, top_entities: evaluation cut-offs and the document ranker (GFM-RAG ``idf_topk``, 20).
+        embed_model: sentence encoder of the question embeddings; checked against the DataModule.
+    """
+
+    def __init__(
+        self,
+        t5: str = "t5-base",
+        t5_config: dict[str, Any] | None = None,
+        tokenizer: str | None = None,
+        attention: str = "global",
+        aggregation: str = "mean",
+        query_interaction: bool = True,
+        question_dim: int = 384,
+        backend: str = "eager",
+        gradient_checkpointing: bool = False,
+        max_hops: int = 2,
+        max_triplets: int = 600,
+        layout: str = "graph",
+        use_text: bool = True,
+        position_mode: str = "triple",
+        subgraph_seed: int = 0,
+        listce_weight: float = 0.56,
+        bce_weight: float = 0.44,
+        temperature: float = 0.2,
+        head_lr: float = HEAD_LR,
+        backbone_lr: float = BACKBONE_LR,
+        optimizer: Callable[..., torch.optim.Optimizer] | None = None,
+        scheduler: Callable[[torch.optim.Optimizer], Any] | None = None,
+        ks: Sequence[int] = (1, 2, 5, 10),
+        ranker: str = "idf_topk",
+        top_entities: int = DOC_RANKER_ENTITIES,
+        embed_model: str = DEFAULT_MODEL,
+    ) -> None:
+        super().__init__()
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        if position_mode not in POSITION_MODES:
+            raise ValueError(f"position_mode must be one of {POSITION_MODES}, got {position_mode!r}")
+        ks = self.init_evaluation(ks, ranker)  # checked, and a plain tuple in the checkpoint
+        tokenizer = tokenizer or t5
+        t5_config = dict(t5_config) if t5_config is not None else None  # plain dict in the checkpoint
+        self.save_hyperparameters(ignore=["optimizer", "scheduler"], logger=False)
+        self.optimizer_factory = optimizer or torch.optim.AdamW
+        self.scheduler_factory = scheduler
+
+        encoder_args = {"attention": attention, "backend": backend}
+        if t5_config is not None:
+            config = T5Config(**{"vocab_size": len(load_tokenizer(tokenizer)), **t5_config})
+            encoder = GLMEncoder.from_config(config, **encoder_args)
+        else:
+            encoder = GLMEncoder.from_pretrained(t5, **encoder_args)
+        if gradient_checkpointing:
+            encoder.t5.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.net = GLMRetriever(encoder, question_dim, aggregation, query_interaction)
+        self.loss_fn = functools.partial(
+            gfm_rag_loss, bce_weight=bce_weight, listce_weight=listce_weight, temperature=temperature
+        )
+
+    def setup(self, stage: str) -> None:
+        """Check that the DataModule builds the subgraphs this module expects."""
+        self.reset_metrics(stage)
+        dm = getattr(self.trainer, "datamodule", None)
+        if dm is None or not callable(getattr(dm, "index", None)):
+            raise RuntimeError(
+                "GLMRetrieverModule reads its KGs from the DataModule: pass datamodule=SubgraphDataModule(...) "
+                "to trainer.fit/validate/test (a module with an index(kg) method)"
+            )
+        dm_hp = getattr(dm, "hparams", {})
+        expected = {name: self.hparams[name] for name in (*SUBGRAPH_FIELDS, "tokenizer", "embed_model")}
+        for name, value in expected.items():
+            if name in dm_hp and dm_hp[name] != value:
+                raise ValueError(
+                    f"the DataModule has {name}={dm_hp[name]!r} but the model {value!r}; "
+                    f"set datamodule.{name}: ${{model.{name}}}"
+                )
+
+    def parameter_groups(self) -> list[dict[str, Any]]:
+        """Two AdamW groups: the head at ``head_lr``, the T5 backbone at ``backbone_lr`` (GLM-RAG Table 14)."""
+        head = self.net.head_parameters()
+        ids = {id(p) for p in head}
+        backbone = [p for p in self.net.parameters() if id(p) not in ids]
+        return [
+            {"params": backbone, "lr": self.hparams.backbone_lr, "name": "backbone"},
+            {"params": head, "lr": self.hparams.head_lr, "name": "head"},
+        ]
+
+    def forward(self, inputs: GLMInputs) -> torch.Tensor:
+        """Node logits. Shapes: :class:`GLMInputs` -> ``(B, N)``."""
+        return self.net(inputs)
+
+    def model_step(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Loss over the real rows and the node logits (unscored entries are masked by ``node_mask``).
+
+        Shapes: batch ``target``, ``node_mask`` (B, N), ``real`` (B,) -> loss (), logits (B, N).
+        """
+        logits = self(GLMInputs.from_batch(batch)).float()  # (B, N)
+        real = batch["real"]
+        mask = batch["node_mask"][real]  # (B', N)
+        if not mask.any():  # no real row with a scored entity: a zero that keeps the graph connected
+            return logits.sum() * 0.0, logits
+        loss = self.loss_fn(logits[real], batch["target"][real], mask)
+        return loss, logits
+
+    def ranked_passages(self, batch: dict[str, Any], logits: torch.Tensor) -> list[list[str]]:
+        """The best ``max(ks)`` passages of each row; entities outside a row's subgraph get ``-inf``."""
+        node_logits = logits.detach().float().cpu().numpy()  # (B, N)
+        entity_of_node = batch["entity_of_node"].cpu().numpy()  # (B, N)
+        node_mask = batch["node_mask"].cpu().numpy()  # (B, N)
+        ranked = []
+        for row, kg in enumerate(batch["kg"]):
+            index = self.trainer.datamodule.index(kg)
+            scores = entity_scores(node_logits[row], entity_of_node[row], node_mask[row], index.num_entities)
+            positions, _ = rank_passages(
+                scores[None], index, max(self.ks), self.hparams.ranker, self.hparams.top_entities
+            )  # (1, max ks)
+            ranked.append([index.passage_ids[p] for p in positions[0]])
+        return ranked
+
+
+def entity_scores(node_logits: np.ndarray, entity_of_node: np.ndarray, node_mask: np.ndarray, num_entities: int):
+    """Scatter the logits of entity nodes into a vector over the KG's entities, ``-inf`` elsewhere.
+
+    Shapes: **node_logits**, **entity_of_node**, **node_mask** ``(N,)`` -> ``(E,)`` float64.
+    """
+    scores = np.full(num_entities, -np.inf)
+    scores[entity_of_node[node_mask]] = node_logits[node_mask]
+    return scores

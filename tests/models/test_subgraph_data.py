@@ -1,0 +1,355 @@
+"""SubgraphDataModule: shards written once, streamed once per epoch, equal batch counts on every rank."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import hydra
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from glmrag.data.registry import load_dataset
+from glmrag.data.types import Question
+from glmrag.index.embed import DEFAULT_MODEL
+from glmrag.index.kg import EntityLink
+from glmrag.index.synthetic import random_kg
+from glmrag.models.datamodule import cached_question_embeddings, default_inputs_cache_dir
+from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer, question_record
+from glmrag.models.subgraph_data import (
+    META,
+    RankStream,
+    StreamBatchSampler,
+    SubgraphDataModule,
+    read_meta,
+    write_split,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+LIMIT = 9
+pytestmark = pytest.mark.usefixtures("glmrag_cache")  # GLMRAG_CACHE_DIR set for the whole module
+
+
+# --- write_split and RankStream on synthetic records ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer(DEFAULT_MODEL)
+
+
+def synthetic_records(index, tok, kg_name: str, n: int) -> list[dict]:
+    """Records of ``n`` questions ``<kg_name>-q<i>`` with two random seed entities each."""
+    rng = np.random.default_rng(n)
+    records = []
+    for i in range(n):
+        qid = f"{kg_name}-q{i}"
+        index.question_links[qid] = [EntityLink(f"m{e}", int(e), 1.0) for e in rng.choice(60, 2, replace=False)]
+        q = Question(qid, f"question {i}", ("a",), ("p0", "p1"))
+        records.append(question_record(index, q, kg_name, tok, SubgraphSettings(max_triplets=8), np.zeros(4)))
+    return records
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory, tok):
+    """Two KGs' records in shards of 3: ``a`` 7 records (3 shards), ``b`` 1 record."""
+    root = tmp_path_factory.mktemp("shards")
+    metas = {}
+    for seed, (name, n) in enumerate((("a", 7), ("b", 1))):
+        records = synthetic_records(random_kg(60, 150, seed=seed), tok, name, n)
+        metas[name] = write_split(root / name, iter(records), 3, {"dataset": name})
+    files = [str(root / name / s["file"]) for name in ("a", "b") for s in metas[name]["shards"]]
+    return root, metas, files
+
+
+def stream_ids(stream: RankStream, epoch: int) -> list[tuple[str, bool]]:
+    return [(r["question_id"], r["real"]) for b in range(len(stream)) for r in stream[(epoch, b)]]
+
+
+def test_write_split_streams_shards_then_meta(shards):
+    root, metas, _ = shards
+    meta = read_meta(root / "a")
+    assert meta == metas["a"] and meta["dataset"] == "a" and meta["count"] == 7
+    assert meta["shards"] == [
+        {"file": "shard-00000.parquet", "count": 3},
+        {"file": "shard-00001.parquet", "count": 3},
+        {"file": "shard-00002.parquet", "count": 1},
+    ]
+    ids = [qid for s in meta["shards"] for qid in pq.read_table(root / "a" / s["file"])["question_id"].to_pylist()]
+    assert ids == [f"a-q{i}" for i in range(7)]
+    assert sorted(p.name for p in root.iterdir()) == ["a", "b"]  # no temporary folder left behind
+    with pytest.raises(ValueError, match="shard_size"):
+        write_split(root / "c", [], 0, {})
+
+
+def test_write_split_holds_one_shard_at_a_time(tmp_path, tok):
+    records = synthetic_records(random_kg(60, 150, seed=0), tok, "c", 7)
+    written = []
+
+    def stream():
+        for record in records:
+            written.append(len(list(tmp_path.glob(".c.tmp-*/shard-*.parquet"))))
+            yield record
+
+    meta = write_split(tmp_path / "c", stream(), 3, {})
+    assert written == [0, 0, 0, 1, 1, 1, 2]  # a shard is on disk as soon as it is full
+    assert meta["stats"] == {
+        "without_nodes": sum(len(r["entity_of_node"]) == 0 for r in records),
+        "without_target_nodes": sum(len(r["target_nodes"]) == 0 for r in records),
+        "truncated": sum(r["truncated"] for r in records),
+        "max_tokens": max(r["num_tokens"] for r in records),
+        "total_tokens": sum(r["num_tokens"] for r in records),
+    }
+    assert meta["stats"]["truncated"] > 0 and meta["stats"]["max_tokens"] > 0
+
+
+def test_rank_stream_in_order_without_shuffle(shards):
+    _, _, files = shards
+    stream = RankStream(files, 8, batch_size=3)
+    expected = [(f"a-q{i}", True) for i in range(7)] + [("b-q0", True)]
+    assert len(stream) == 3 and stream_ids(stream, 0) == expected
+    assert [len(stream[(0, b)]) for b in range(3)] == [3, 3, 2]
+    assert [r["kg"] for r in stream[(0, 2)]] == ["a", "b"]  # a batch may mix KGs
+    assert stream[(0, 1)][0]["question_id"] == "a-q3"  # going back restarts the pass
+    with pytest.raises(IndexError):
+        stream[(0, 3)]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("train", [False, True])
+def test_ranks_partition_the_stream_and_pad_to_equal_batches(shards, world, train):
+    _, _, files = shards
+    everything = sorted([f"a-q{i}" for i in range(7)] + ["b-q0"])
+    ranks = [
+        RankStream(files, 8, 2, rank=r, world_size=world, shuffle=train, seed=4, pad_real=train) for r in range(world)
+    ]
+    rows = [stream_ids(s, epoch=1) for s in ranks]
+    per_rank = math.ceil(8 / world)
+    assert [len(s) for s in ranks] == [math.ceil(per_rank / 2)] * world
+    assert [len(r) for r in rows] == [per_rank] * world
+    # the ranks' first ceil((8 - rank) / world) rows partition the split; the rest repeat one of them
+    own = [r[: math.ceil((8 - rank) / world)] for rank, r in enumerate(rows)]
+    assert sorted(qid for r in own for qid, _ in r) == everything
+    assert all(real for r in own for _, real in r)
+    repeats = [row for rank, r in enumerate(rows) for row in r[len(own[rank]) :]]
+    assert len(repeats) == world * per_rank - 8
+    assert all(real == train and qid in {q for r in own for q, _ in r} for qid, real in repeats)
+
+
+def test_fewer_records_than_ranks_borrows_a_record(shards):
+    root, metas, _ = shards
+    files = [str(root / "b" / s["file"]) for s in metas["b"]["shards"]]
+    ranks = [stream_ids(RankStream(files, 1, 1, rank=r, world_size=2), 0) for r in (0, 1)]
+    assert ranks == [[("b-q0", True)], [("b-q0", False)]]
+    assert len(RankStream([], 0, 2)) == 0
+
+
+def test_shuffle_changes_with_the_epoch_only(shards):
+    _, _, files = shards
+    stream = RankStream(files, 8, 8, shuffle=True, seed=1)
+    epochs = [stream_ids(stream, e) for e in (0, 1, 0)]
+    assert epochs[0] == epochs[2] != epochs[1]
+    assert sorted(epochs[0]) == sorted(epochs[1])
+
+
+def test_batch_sampler_hands_the_epoch_over():
+    sampler = StreamBatchSampler(3, num_replicas=2, rank=1)
+    sampler.set_epoch(5)
+    assert list(sampler) == [(5, 0), (5, 1), (5, 2)] and len(sampler) == 3
+
+
+# --- the DataModule on musique100 ---------------------------------------------------------------------
+
+
+def make_dm(index_config, cache_dir, **overrides) -> SubgraphDataModule:
+    args = {
+        "datasets": ["musique100"],
+        "index": index_config(embed_model=None),  # no entity embeddings: the index builds in seconds
+        "limit": LIMIT,
+        "batch_size": 2,
+        "seed": 1,
+        "embed_model": DEFAULT_MODEL,
+        "tokenizer": DEFAULT_MODEL,
+        "max_triplets": 50,
+        "shard_size": 4,
+        "cache_dir": str(cache_dir),
+    }
+    return SubgraphDataModule(**(args | overrides))
+
+
+@pytest.fixture(scope="module")
+def dm(index_config, tmp_path_factory):
+    dm = make_dm(index_config, tmp_path_factory.mktemp("subgraphs"))
+    dm.prepare_data()
+    dm.setup("fit")
+    return dm
+
+
+def split_questions(split: str) -> list[Question]:
+    return list(load_dataset("musique100", split, limit=LIMIT).qa)
+
+
+def train_ids(dm) -> list[str]:
+    index = dm.index("musique100")
+    return [q.id for q in split_questions("train") if index.entities_of_passages(list(q.supporting))]
+
+
+def files_state(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_ino, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_prepare_writes_shards_whose_records_match_question_record(dm):
+    (meta,) = dm.splits["train_split"]
+    folder = Path(meta["folder"])
+    assert folder.parent.parent.parent == dm.cache_dir and folder.parts[-2:] == ("musique100", "train")
+    assert folder.parent.parent.name.startswith("h2-t50-graph-text-s0-")
+    assert meta["count"] == len(train_ids(dm)) and meta["dropped_without_targets"] == LIMIT - meta["count"]
+    assert [s["count"] for s in meta["shards"]] == [min(4, meta["count"] - i) for i in range(0, meta["count"], 4)]
+    assert sorted(p.name for p in folder.iterdir()) == [META] + [s["file"] for s in meta["shards"]]
+    assert meta["settings"] == SubgraphSettings(max_triplets=50).as_dict() and meta["tokenizer"] == DEFAULT_MODEL
+
+    stored = pq.read_table(folder / "shard-00000.parquet").to_pylist()[0]
+    question = next(q for q in split_questions("train") if q.id == stored["question_id"])
+    full = load_dataset("musique100")
+    emb = cached_question_embeddings(list(full.qa), DEFAULT_MODEL, default_inputs_cache_dir())[question.id]
+    settings = SubgraphSettings(max_triplets=50)
+    expected = question_record(
+        dm.index("musique100"), question, "musique100", load_tokenizer(DEFAULT_MODEL), settings, emb
+    )
+    assert stored["question_id"] == train_ids(dm)[0]
+    for name, value in expected.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(np.asarray(stored[name], value.dtype), value, err_msg=name)
+        else:
+            assert stored[name] == value, name
+
+
+def test_a_second_prepare_rewrites_nothing(dm):
+    before = files_state(dm.cache_dir)
+    dm.prepare_data()
+    assert files_state(dm.cache_dir) == before
+
+
+def test_a_folder_without_meta_is_rebuilt_never_read(dm, index_config):
+    (meta,) = dm.splits["val_split"]
+    folder = Path(meta["folder"])
+    shard = folder / "shard-00000.parquet"
+    content, inode = shard.read_bytes(), shard.stat().st_ino
+    (folder / META).unlink()
+    fresh = make_dm(index_config, dm.cache_dir)
+    with pytest.raises(FileNotFoundError, match="call prepare_data"):
+        fresh.setup("fit")
+    fresh.prepare_data()
+    assert read_meta(folder) == {k: v for k, v in meta.items() if k != "folder"}
+    assert shard.stat().st_ino != inode and shard.read_bytes() == content
+
+
+def test_each_epoch_streams_every_training_question_once_in_a_new_order(dm):
+    loader = dm.train_dataloader()
+    expected = train_ids(dm)
+    orders = []
+    for epoch in (0, 1):
+        loader.sampler.set_epoch(epoch)
+        batches = list(loader)
+        assert len(batches) == len(loader) == math.ceil(len(expected) / 2)
+        ids = [q for b in batches for q in b["question_ids"]]
+        assert sorted(ids) == sorted(expected)
+        assert all(b["real"].all() and b["kg"] == ["musique100"] * len(b["real"]) for b in batches)
+        orders.append(ids)
+    assert orders[0] != orders[1]
+    batch = batches[0]
+    assert batch["question_emb"].shape == (2, 384)
+    assert torch.allclose(batch["question_emb"].norm(dim=1), torch.ones(2), atol=1e-4)
+    assert batch["input_ids"].shape[1] % 8 == 0 and batch["relative_position"].shape[1:] == batch["kind"].shape[1:]
+
+
+def test_validation_streams_in_file_order(dm):
+    ids = [q for b in dm.val_dataloader() for q in b["question_ids"]]
+    assert ids == [q.id for q in split_questions("validation")]  # all kept: evaluation drops nothing
+
+
+def test_two_ranks_cover_every_question_with_equal_batch_counts(dm):
+    try:
+        streams = {}
+        for rank in (0, 1):
+            dm.trainer = SimpleNamespace(world_size=2, global_rank=rank)
+            dm.setup("fit")
+            assert dm.batch_size_per_device == 1
+            streams[rank] = {"train": list(dm.train_dataloader()), "val": list(dm.val_dataloader())}
+    finally:
+        dm.trainer = None
+        dm.setup("fit")
+    for split, expected in (("train", train_ids(dm)), ("val", [q.id for q in split_questions("validation")])):
+        counts = [len(streams[r][split]) for r in (0, 1)]
+        assert counts[0] == counts[1] == math.ceil(len(expected) / 2)
+        batches = streams[0][split] + streams[1][split]
+        rows = [(q, bool(real)) for b in batches for q, real in zip(b["question_ids"], b["real"], strict=True)]
+        real = [q for q, is_real in rows if is_real]
+        assert len(rows) == 2 * counts[0]
+        if split == "val":  # 9 questions: rank 1 repeats one, marked not real
+            assert sorted(real) == sorted(expected) and len(rows) - len(real) == 2 * counts[0] - len(expected) == 1
+        else:  # repeats count as samples in training
+            assert set(real) == set(expected) and len(real) == len(rows)
+
+
+def test_workers_serve_the_same_batches_and_follow_the_epoch(dm, index_config):
+    with_workers = make_dm(index_config, dm.cache_dir, num_workers=2)
+    with_workers.setup("fit")
+    loaders = [dm.train_dataloader(), with_workers.train_dataloader()]
+    assert loaders[1].num_workers == 2 and loaders[1].persistent_workers
+    for epoch in (0, 1):
+        orders = []
+        for loader in loaders:
+            loader.sampler.set_epoch(epoch)
+            orders.append([q for b in loader for q in b["question_ids"]])
+        assert orders[0] == orders[1]
+
+
+def test_config_builds_the_datamodule_with_the_models_subgraph_settings(index_config, tmp_path):
+    cfg = OmegaConf.create(
+        {
+            "seed": 3,
+            "data": {"name": "musique100", "root": None, "limit": 5},
+            "index": index_config(embed_model=DEFAULT_MODEL),
+            "model": {
+                "tokenizer": DEFAULT_MODEL,
+                "max_hops": 2,
+                "max_triplets": 600,
+                "layout": "linear",
+                "use_text": False,
+                "position_mode": "path",
+            },
+            "datamodule": OmegaConf.load(ROOT / "configs" / "datamodule" / "subgraph.yaml"),
+        }
+    )
+    dm = hydra.utils.instantiate(cfg.datamodule)
+    assert isinstance(dm, SubgraphDataModule)
+    hp = dm.hparams
+    assert (hp.embed_model, hp.tokenizer, hp.layout, hp.use_text, hp.position_mode) == (
+        DEFAULT_MODEL,
+        DEFAULT_MODEL,
+        "linear",
+        False,
+        "path",
+    )
+    assert (hp.batch_size, hp.max_hops, hp.max_triplets, hp.seed, hp.limit, hp.datasets) == (
+        2,
+        2,
+        600,
+        3,
+        5,
+        ["musique100"],
+    )
+    assert dm.settings == SubgraphSettings(2, 600, "linear", False, "path", 0)
+    assert dm.cache_dir.name == "glm_subgraphs"
+
+
+def test_constructor_rejects_bad_values(index_config):
+    with pytest.raises(ValueError, match="layout"):
+        SubgraphDataModule(["musique100"], index_config(), layout="tree")
+    with pytest.raises(ValueError, match="distinct"):
+        SubgraphDataModule(["toy", "toy"], index_config())
