@@ -277,7 +277,10 @@ class StreamBatchSampler(DistributedSampler):
         self.num_batches = num_batches
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        return iter([(self.epoch, b) for b in range(self.num_batches)])
+        # Lazily: the epoch is read at the first batch, after Lightning's set_epoch (a resumed fit may
+        # create the iterator before it sets the restored epoch).
+        for b in range(self.num_batches):
+            yield self.epoch, b
 
     def __len__(self) -> int:
         return self.num_batches

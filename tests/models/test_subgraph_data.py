@@ -322,6 +322,7 @@ def test_config_builds_the_datamodule_with_the_models_subgraph_settings(index_co
                 "layout": "linear",
                 "use_text": False,
                 "position_mode": "path",
+                "subgraph_seed": 4,
             },
             "datamodule": OmegaConf.load(ROOT / "configs" / "datamodule" / "subgraph.yaml"),
         }
@@ -344,7 +345,7 @@ def test_config_builds_the_datamodule_with_the_models_subgraph_settings(index_co
         5,
         ["musique100"],
     )
-    assert dm.settings == SubgraphSettings(2, 600, "linear", False, "path", 0)
+    assert dm.settings == SubgraphSettings(2, 600, "linear", False, "path", 4)
     assert dm.cache_dir.name == "glm_subgraphs"
 
 
