@@ -25,9 +25,9 @@ def tiny(experiment: str) -> list[str]:
     return TINY_GLM if experiment.startswith("glm") else TINY
 
 
-def _compose(overrides):
+def _compose(overrides, return_hydra_config=False):
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        return compose(config_name="train", overrides=overrides)
+        return compose(config_name="train", overrides=overrides, return_hydra_config=return_hydra_config)
 
 
 def _paths(tmp_path):
@@ -36,6 +36,9 @@ def _paths(tmp_path):
 
 def test_experiments_exist():
     assert {"demo", "gfm_rag", "gfm_rag_star", "gfm_rag_plus", "glm_rag", "glm_demo", "glm_linear"} <= set(EXPERIMENTS)
+    assert {f"glm_sweep_{s}" for s in ("hops", "triplets", "t5", "aggregation", "interaction", "encoding")} <= set(
+        EXPERIMENTS
+    )
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
@@ -96,6 +99,20 @@ def test_glm_ablation_values_reach_the_model_and_datamodule():
     assert not none.model.use_text and not none.datamodule.use_text and not none.model.query_interaction
     hops = _compose(["experiment=glm_rag", "model.max_hops=3", "model.max_triplets=300", "output_dir=x"])
     assert (hops.datamodule.max_hops, hops.datamodule.max_triplets) == (3, 300)
+
+
+@pytest.mark.parametrize("sweep", [e for e in EXPERIMENTS if e.startswith("glm_sweep_")])
+def test_glm_sweeps_vary_existing_model_settings_and_name_each_run(sweep):
+    cfg = _compose([f"experiment={sweep}", "output_dir=x"], return_hydra_config=True)
+    params = cfg.hydra.sweeper.params
+    assert params, f"{sweep} sweeps nothing"
+    for key, values in params.items():
+        assert OmegaConf.select(cfg, key, default="<missing>") != "<missing>", key
+        assert len(str(values).split(",")) >= 2
+        first = str(values).split(",")[0]
+        named = _compose([f"experiment={sweep}", "output_dir=x", f"{key}={first}"])
+        if len(params) == 1:  # the run name shows the swept value
+            assert first in named.run_name
 
 
 def test_pretraining_stage_feeds_fine_tuning(glmrag_cache, tmp_path):

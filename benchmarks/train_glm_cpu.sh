@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The GLM retriever at demo size (a random 2-layer T5, d_model 128, MiniLM tokenizer; 200 triplets) on
+# CPU, against its GLM-RAG Table 15 baseline (the same subgraphs linearised, read by plain T5), the local
+# GLM, an untrained GLM, dense and PPR, on the embedded MuSiQue set.
+# Each run writes <out>/eval/{metrics.json,per_question.jsonl,results.md}.
+#   bash benchmarks/train_glm_cpu.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=benchmarks/results
+data=musique100
+run() {  # run <name> <overrides...>
+  local name=$1; shift
+  python train.py experiment=glm_demo data=$data output_dir=$out/train_${data}_$name \
+    checkpoint_dir=checkpoints/bench/${data}_$name "$@"
+}
+run glm_demo
+run glm_linear model_name=glm_linear_demo model.layout=linear
+run glm_local model_name=glm_local_demo model.attention=local
+run glm_untrained model_name=glm_untrained_demo trainer.max_epochs=1 model.head_lr=0 model.backbone_lr=0
