@@ -1,36 +1,53 @@
-"""GLM encoder latency and peak memory on one GPU: plain T5, graph bias through flex, graph bias through eager.
+"""GLM encoder latency and peak memory on one GPU: plain T5 against ``glmrag.nn.glm.GLMEncoder``.
 
 The GLM retriever of GLM-RAG is a T5 encoder whose attention bias comes from a
 (K, H) table indexed by per-pair graph-aware buckets. A subgraph has about 5.5
 tokens per triplet, so 300/600/1,200 triplets are about 1,650/3,300/6,600
 tokens (GLM-RAG Table 7: T5-large, about 3,300 tokens for 600 triplets). For
 t5-base and t5-large (random weights, sizes hard-coded, no hub access) and each
-length L this measures, in bf16 on the GPU, batch 1:
+length L this measures, in bf16 on the GPU, batch 1, the production code:
 
-- ``plain``: the Hugging Face ``T5EncoderModel`` eager forward (T5's own text
-  relative bias), the baseline cost of a T5 encoder at that length;
-- ``flex-global`` / ``flex-local``: the same weights, the graph bias through
-  ``glmrag.nn.flex_attention.flex_graph_attention`` (global GLM: all pairs;
-  local GLM: only pairs of triplets that share an entity);
-- ``eager-global`` / ``eager-local``: the same through ``eager_graph_attention``.
+- ``plain`` / ``plain-sdpa``: a Hugging Face ``T5EncoderModel`` with
+  ``attn_implementation`` ``eager`` / ``sdpa`` (T5's own text relative bias),
+  the baseline cost of a T5 encoder at that length. It shares the weight
+  storage of the GLM's encoder (no second copy on the device);
+- ``flex-global`` / ``flex-local`` / ``eager-global`` / ``eager-local``:
+  ``GLMEncoder(t5, attention, backend)`` wrapping that encoder, fed the int32
+  relative positions and int8 pair kinds a ``GLMCollate`` batch carries
+  (bucket ids, the dense bias or the flex ``score_mod`` are computed inside
+  the forward, as in training).
 
 Each cell: ``forward`` (no grad), ``train`` (forward + backward of the sum of
 the outputs) and ``train_ckpt`` (the same with activation checkpointing per
 T5 block): median milliseconds of ``--repeats`` runs after ``--warmup`` runs
 (``torch.cuda.synchronize`` around each), and ``torch.cuda.max_memory_allocated``
-after a reset (weights included; ``extra_gib`` is the part above what was
-allocated before the cell). A CUDA out-of-memory error makes the cell "OOM".
+after a reset (weights and inputs included; ``extra_gib`` is the part above what
+was allocated before the cell). A CUDA out-of-memory error makes the cell "OOM".
 Attention dropout is 0 everywhere (flex has none). The first flex cells
 include ``torch.compile`` time in their warm-up only.
 
-The synthetic graph: triplets of 4 to 7 tokens (mean 5.5), in runs of 1 to
-``--group-max`` triplets that share a head entity (a BFS-like linearisation
-keeps them adjacent). Bucket of a pair in the same triplet: T5's relative
-position bucket (0..31); any other pair: 32 (K = 33). The local GLM allows
-pairs inside one run. The JSON records the share of 128 x 128 blocks flex skips.
+Graphs. By default a synthetic block pattern of ``--tokens`` tokens: triplets
+of 4 to 7 tokens (mean 5.5) in runs of 1 to ``--group-max`` triplets that share
+a head entity (a BFS-like linearisation keeps them adjacent); a pair inside one
+run is kind 0 with text position ``j - i``, any other pair kind 1 (the global
+bucket), so the local GLM attends within runs. With ``--real-graphs`` the inputs
+are real Levi graphs (``glmrag.graph.levi``): ``select_subgraph`` with budgets
+``--triplets`` around three seeds of ``random_kg(20000, 200000)``, with a
+question, laid out by ``layout_subgraph`` with the MiniLM tokenizer, positions
+from ``graph_positions(layout, --position-mode)``; the JSON records their token
+counts (``--layouts`` caches the layouts: write them with a cheap run where the
+tokenizer is installed, as below, and carry the file to the GPU machine). It
+also records the share of 128 x 128 blocks flex skips for the local GLM.
 
-    python benchmarks/gpu_glm.py --backend-check                     # on the H200
-    python benchmarks/gpu_glm.py --smoke --out /tmp/gpu_glm_smoke.json   # CPU, tiny, < 1 min
+``--backend-check`` first compares, on the device, flex with eager (one attention call with
+gradients; a tiny ``GLMEncoder``, global and local), the GLM on text positions with the plain HF
+T5 it wraps, and the bias-table gradients with activation checkpointing (``checkpoint_grads_ok``;
+false means the ``train_ckpt`` cells of that backend time a wrong backward).
+
+    python benchmarks/gpu_glm.py --backend-check                          # on the H200
+    python benchmarks/gpu_glm.py --real-graphs --layouts levi.pkl --models tiny --paths plain --modes forward
+    python benchmarks/gpu_glm.py --real-graphs --layouts levi.pkl --out benchmarks/results/gpu_glm_levi.json
+    python benchmarks/gpu_glm.py --smoke --backend-check --out /tmp/gpu_glm_smoke.json   # CPU, tiny, < 1 min
 
 Writes ``--out`` (JSON, rewritten after every cell) and prints a Markdown table.
 """
@@ -39,110 +56,73 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import gc
 import json
+import pickle
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import transformers
 from torch.nn.attention.flex_attention import BlockMask
-from transformers import AttentionInterface, T5Config, T5EncoderModel
-from transformers.models.t5.modeling_t5 import T5Attention, eager_attention_forward
+from transformers import T5Config, T5EncoderModel
 
+from glmrag.graph.levi import GRAPH_GLOBAL, SAME_TRIPLE, TEXT_TO_TEXT, LeviLayout, graph_positions, layout_subgraph
+from glmrag.graph.subgraph import select_subgraph
+from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
+from glmrag.index.synthetic import random_kg
 from glmrag.nn.flex_attention import cpu_flex_backward, eager_graph_attention, flex_graph_attention, graph_block_mask
-
-try:
-    from glmrag.nn.glm import GraphAttentionBias
-except ImportError:  # glmrag/nn/glm.py not written yet: the same contract
-
-    @dataclass(eq=False)
-    class GraphAttentionBias:
-        bucket: torch.Tensor  # (B, L, L) int
-        table: torch.Tensor  # (K, H)
-        allowed: torch.Tensor | None  # (B, L, L) bool
-        key_mask: torch.Tensor  # (B, L) bool
-        backend: str = "eager"
-
+from glmrag.nn.glm import NUM_EXTRA_BUCKETS, GLMEncoder, GraphAttentionBias, register_glm_attention
 
 CONFIGS = {  # T5 (v1) encoder sizes
+    "t5-small": {"d_model": 512, "d_ff": 2048, "num_layers": 6, "num_heads": 8, "d_kv": 64},
     "t5-base": {"d_model": 768, "d_ff": 3072, "num_layers": 12, "num_heads": 12, "d_kv": 64},
     "t5-large": {"d_model": 1024, "d_ff": 4096, "num_layers": 24, "num_heads": 16, "d_kv": 64},
     "tiny": {"d_model": 64, "d_ff": 128, "num_layers": 2, "num_heads": 4, "d_kv": 16},
 }
+VOCAB = 32128  # T5's; the MiniLM ids of the real graphs (< 30,522) fit
 TOKENS_PER_TRIPLET = 5.5
-TEXT_BUCKETS = 32  # T5's relative position buckets, used inside a triplet
-NUM_BUCKETS = TEXT_BUCKETS + 1  # + one bucket for pairs in different triplets
-PATHS = ["plain", "flex-global", "flex-local", "eager-global", "eager-local"]
+NUM_BUCKETS = 32 + NUM_EXTRA_BUCKETS  # T5's relative position buckets + the GLM's extra ones
+PLAIN = {"plain": "eager", "plain-sdpa": "sdpa"}  # path -> attn_implementation of the HF reference
+PATHS = [*PLAIN, "flex-global", "flex-local", "eager-global", "eager-local"]
 MODES = ["forward", "train", "train_ckpt"]
-ATTENTION_NAME = "glm_graph"
-
-
-def graph_attention(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    position_bias: torch.Tensor | GraphAttentionBias | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """T5 attention function: graph bias to flex or eager by ``bias.backend``, anything else to T5's eager.
-
-    Shapes:
-        query, key, value: (B, H, L, D)
-        output: (B, L, H, D), and no attention weights
-    """
-    if not hasattr(position_bias, "bucket"):
-        return eager_attention_forward(
-            module, query, key, value, attention_mask, scaling, dropout, position_bias=position_bias, **kwargs
-        )
-    if attention_mask is not None:
-        raise ValueError("graph attention takes its padding from GraphAttentionBias.key_mask; pass attention_mask=None")
-    scaling = 1.0 if scaling is None else scaling
-    if position_bias.backend == "flex":
-        return flex_graph_attention(query, key, value, position_bias, scaling, dropout), None
-    return eager_graph_attention(query, key, value, position_bias, scaling, dropout, module.training), None
-
-
-def build_model(name: str, device: torch.device, dtype: torch.dtype) -> T5EncoderModel:
-    """A randomly initialised T5 encoder of a hard-coded size, attention routed through ``graph_attention``."""
-    config = T5Config(vocab_size=32128, dropout_rate=0.0, feed_forward_proj="relu", **CONFIGS[name])
-    with torch.device(device):
-        model = T5EncoderModel._from_config(config, attn_implementation=ATTENTION_NAME, dtype=dtype)
-    return model.to(device=device, dtype=dtype)
-
-
-def graph_encode(model: T5EncoderModel, input_ids: torch.Tensor, bias: GraphAttentionBias) -> torch.Tensor:
-    """The T5 encoder stack with the graph bias in every block (the loop T5Stack runs, without its own bias).
-
-    Shapes:
-        input_ids: (B, L)
-        output: (B, L, d_model)
-    """
-    encoder = model.encoder
-    hidden = encoder.embed_tokens(input_ids)  # (B, L, d_model)
-    for block in encoder.block:
-        # Positional arguments: activation checkpointing replays them.
-        hidden = block(hidden, None, bias)[0]
-    return encoder.final_layer_norm(hidden)
+KG_SIZE = (20_000, 200_000)  # entities, triples of the synthetic KG the real graphs come from
 
 
 @dataclass
 class Graph:
-    """A synthetic linearised subgraph of ``num_tokens`` tokens."""
+    """One batch-1 input of the GLM, as a ``GLMCollate`` batch holds it (on the CPU until a cell needs it)."""
 
-    bucket: torch.Tensor  # (1, L, L) int32 in [0, NUM_BUCKETS)
-    allowed: torch.Tensor  # (1, L, L) bool: same run of triplets sharing an entity
+    input_ids: torch.Tensor  # (1, L) int64
+    relative_position: torch.Tensor  # (1, L, L) int32
+    kind: torch.Tensor  # (1, L, L) int8
     triplets: int
+    source: str  # "synthetic" or "levi"
+    question_tokens: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.input_ids.shape[1]
+
+    @classmethod
+    def from_layout(cls, layout: LeviLayout, triplets: int, mode: str = "triple") -> Graph:
+        position, kind = graph_positions(layout, mode)  # (L, L) each
+        return cls(
+            input_ids=torch.from_numpy(layout.input_ids)[None],
+            relative_position=torch.from_numpy(position.astype(np.int32))[None],
+            kind=torch.from_numpy(kind)[None],
+            triplets=triplets,
+            source="levi",
+            question_tokens=layout.num_question_tokens,
+        )
 
 
-def make_graph(num_tokens: int, group_max: int, device: torch.device, seed: int = 0) -> Graph:
+def make_graph(num_tokens: int, group_max: int, seed: int = 0) -> Graph:
     """Triplets of 4-7 tokens in runs of 1..group_max sharing an entity; see the module docstring."""
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(4, 8, (num_tokens,), generator=g)
@@ -150,14 +130,66 @@ def make_graph(num_tokens: int, group_max: int, device: torch.device, seed: int 
     triplet = torch.repeat_interleave(torch.arange(len(lengths)), lengths)[:num_tokens]  # (L,)
     sizes = torch.randint(1, group_max + 1, (len(lengths),), generator=g)
     group = torch.repeat_interleave(torch.arange(len(sizes)), sizes)[: len(lengths)][triplet]  # (L,)
-    triplet, group = triplet.to(device), group.to(device)
-    position = torch.arange(num_tokens, device=device)
-    relative = position[None, :] - position[:, None]  # (L, L)
-    text_bucket = T5Attention._relative_position_bucket(relative, bidirectional=True, num_buckets=TEXT_BUCKETS)
-    same_triplet = triplet[:, None] == triplet[None, :]  # (L, L)
-    bucket = torch.where(same_triplet, text_bucket, TEXT_BUCKETS).to(torch.int32)
-    allowed = group[:, None] == group[None, :]  # (L, L)
-    return Graph(bucket=bucket[None], allowed=allowed[None], triplets=int(triplet.max()) + 1)
+    position = torch.arange(num_tokens)
+    relative = (position[None, :] - position[:, None]).to(torch.int32)  # (L, L)
+    same_run = group[:, None] == group[None, :]  # (L, L)
+    kind = torch.where(same_run, SAME_TRIPLE, GRAPH_GLOBAL).to(torch.int8)  # (L, L)
+    ids = torch.randint(0, VOCAB, (1, num_tokens), generator=g)
+    return Graph(ids, relative[None], kind[None], triplets=int(triplet.max()) + 1, source="synthetic")
+
+
+def levi_layouts(budgets: list[int], seed: int = 0) -> list[tuple[int, LeviLayout]]:
+    """Real Levi layouts (with a question) of subgraphs of ``budgets`` triplets of one synthetic KG.
+
+    One draw of three non-isolated seed entities; ``select_subgraph`` (2 hops) with each budget, so a
+    smaller graph is a prefix of a larger one. Returns (selected triplets, layout) per budget.
+    """
+    kg = random_kg(*KG_SIZE, seed=seed)
+    rng = np.random.default_rng(seed)
+    seeds = rng.choice(np.unique(kg.triples[:, [0, 2]]), 3, replace=False).tolist()
+    question = "which entity connects " + ", ".join(kg.entities[e] for e in seeds) + "?"
+    tokenizer = transformers.AutoTokenizer.from_pretrained(resolve_model_path(DEFAULT_MODEL))
+    layouts = []
+    for budget in budgets:
+        subgraph = select_subgraph(kg, seeds, max_hops=2, max_triplets=budget)
+        layouts.append((len(subgraph), layout_subgraph(kg, subgraph, tokenizer, question)))
+    return layouts
+
+
+def cached_layouts(budgets: list[int], path: str | None) -> list[tuple[int, LeviLayout]]:
+    """:func:`levi_layouts`, read from or written to the pickle ``path`` (if given) under ``budgets``."""
+    cache = Path(path) if path else None
+    saved = pickle.loads(cache.read_bytes()) if cache and cache.exists() else {}
+    key = tuple(budgets)
+    if key not in saved:
+        saved[key] = levi_layouts(budgets)
+        if cache:
+            cache.write_bytes(pickle.dumps(saved))
+    return saved[key]
+
+
+def build_models(name: str, paths: list[str], device: torch.device, dtype: torch.dtype) -> dict[str, torch.nn.Module]:
+    """Path -> module, all with one set of randomly initialised weights of a hard-coded T5 size.
+
+    The GLM paths wrap one ``T5EncoderModel``; each plain path is its own HF model whose parameters
+    are assigned that encoder's tensors (same storage, so the weights are on the device once).
+    """
+    config = T5Config(vocab_size=VOCAB, dropout_rate=0.0, feed_forward_proj="relu", **CONFIGS[name])
+    with torch.device(device):
+        t5 = T5EncoderModel._from_config(config, attn_implementation=register_glm_attention(), dtype=dtype)
+    t5 = t5.to(device=device, dtype=dtype)
+    models: dict[str, torch.nn.Module] = {}
+    for path in paths:
+        if path in PLAIN:
+            with torch.device(device):
+                # A config of its own: _from_config keeps the object, and GLMEncoder sets its attention.
+                plain = T5EncoderModel._from_config(copy.deepcopy(config), attn_implementation=PLAIN[path], dtype=dtype)
+            plain.load_state_dict(t5.state_dict(), assign=True)
+            models[path] = plain.to(device=device, dtype=dtype)
+        else:
+            backend, attention = path.split("-")
+            models[path] = GLMEncoder(t5, attention=attention, backend=backend).to(device=device, dtype=dtype)
+    return models
 
 
 def skipped_blocks(block_mask: BlockMask) -> float:
@@ -216,42 +248,69 @@ def run_cell(step: Callable[[], None], device: torch.device, warmup: int, repeat
     return result
 
 
-def set_checkpointing(model: T5EncoderModel, enabled: bool) -> None:
-    if enabled:
-        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-        enable()
+def t5_of(model: torch.nn.Module) -> T5EncoderModel:
+    return model.t5 if isinstance(model, GLMEncoder) else model
+
+
+def set_checkpointing(model: torch.nn.Module, enabled: bool) -> None:
+    """Activation checkpointing as training uses it (GLMEncoder picks reentrant checkpointing for flex)."""
+    t5 = t5_of(model)
+    if enabled and isinstance(model, GLMEncoder):
+        model.enable_gradient_checkpointing()
+    elif enabled:
+        (getattr(t5, "activation_checkpointing_enable", None) or t5.gradient_checkpointing_enable)()
     else:
-        disable = getattr(model, "activation_checkpointing_disable", None) or model.gradient_checkpointing_disable
-        disable()
+        (getattr(t5, "activation_checkpointing_disable", None) or t5.gradient_checkpointing_disable)()
 
 
-def make_step(
-    model: T5EncoderModel, path: str, mode: str, input_ids: torch.Tensor, bias: GraphAttentionBias | None
-) -> Callable[[], None]:
+def encode(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Token states from a GLM (graph inputs) or a plain T5 (the same ids, text positions). Shapes: -> (B, L, d)."""
+    if isinstance(model, GLMEncoder):
+        return model(**inputs)
+    return model(input_ids=inputs["input_ids"], attention_mask=inputs["token_mask"]).last_hidden_state
+
+
+def make_step(model: torch.nn.Module, mode: str, inputs: dict[str, torch.Tensor]) -> Callable[[], None]:
     """One forward (no grad) or one forward + backward of the sum of the outputs."""
-
-    def encode() -> torch.Tensor:
-        if path == "plain":
-            return model(input_ids=input_ids).last_hidden_state
-        return graph_encode(model, input_ids, bias)
 
     def step() -> None:
         if mode == "forward":
             with torch.no_grad():
-                encode()
+                encode(model, inputs)
             return
         model.zero_grad(set_to_none=True)
-        if bias is not None:
-            bias.table.grad = None
-        encode().float().sum().backward()
+        encode(model, inputs).float().sum().backward()
 
     return step
 
 
+def device_inputs(graph: Graph, device: torch.device) -> dict[str, torch.Tensor]:
+    return {
+        "input_ids": graph.input_ids.to(device),
+        "token_mask": torch.ones_like(graph.input_ids, dtype=torch.bool, device=device),
+        "relative_position": graph.relative_position.to(device),
+        "kind": graph.kind.to(device),
+    }
+
+
+def max_rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    return float((actual.float() - expected.float()).abs().max() / expected.float().abs().max().clamp_min(1e-12))
+
+
 def backend_check(device: torch.device, dtype: torch.dtype, heads: int) -> dict:
-    """Flex against eager on the device: one attention call (float32 with gradients, and ``dtype``), a tiny encoder."""
+    """Flex against eager on the device: one attention call (float32 with gradients, and ``dtype``), a tiny
+    ``GLMEncoder`` (global and local); the GLM on text positions against the plain HF T5 it wraps; and the
+    bias-table gradients of the tiny GLM with activation checkpointing (``checkpoint_grads_ok``)."""
     tf32 = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 comparisons in full precision
+    try:
+        return compare_backends(device, dtype, heads)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def compare_backends(device: torch.device, dtype: torch.dtype, heads: int) -> dict:
+    """The comparisons of :func:`backend_check`."""
     g = torch.Generator().manual_seed(0)
     batch, length, dim = 2, 300, 64
     key_mask = (torch.arange(length)[None] < torch.tensor([[length], [257]])).to(device)  # (2, L)
@@ -271,31 +330,63 @@ def backend_check(device: torch.device, dtype: torch.dtype, heads: int) -> dict:
             out.float().square().sum().backward()
             outputs[name] = [out.detach().float().clone()] + [x.grad.float().clone() for x in leaves]
         for what, f, e in zip(("out", "dq", "dk", "dv", "dtable"), outputs["flex"], outputs["eager"], strict=True):
-            report[f"{str(precision).removeprefix('torch.')}_{what}_max_rel_err"] = float(
-                (f - e).abs().max() / e.abs().max().clamp_min(1e-12)
-            )
-    torch.backends.cuda.matmul.allow_tf32 = tf32
+            report[f"{str(precision).removeprefix('torch.')}_{what}_max_rel_err"] = max_rel_err(f, e)
 
-    model = build_model("tiny", device, dtype)
-    ids = torch.randint(0, 32128, (1, 200), generator=g).to(device)
-    graph = make_graph(200, group_max=4, device=device)
-    table = torch.randn(NUM_BUCKETS, CONFIGS["tiny"]["num_heads"], generator=g).to(device, dtype)
-    key_mask = torch.ones(1, 200, dtype=torch.bool, device=device)
+    models = build_models("tiny", ["plain", *PATHS[2:]], device, dtype)
+    graph = device_inputs(make_graph(200, group_max=4), device)
     with torch.no_grad():
-        encoded = {
-            backend: graph_encode(model, ids, GraphAttentionBias(graph.bucket, table, graph.allowed, key_mask, backend))
-            for backend in ("flex", "eager")
-        }
-    report["encoder_max_rel_err"] = float(
-        (encoded["flex"] - encoded["eager"]).abs().max() / encoded["eager"].abs().max()
-    )
-    # Pass: every float32 error < 1e-3; in low precision the output and the encoder < 3e-2 (low-precision
+        for attention in ("global", "local"):
+            flex, eager = (encode(models[f"{b}-{attention}"].eval(), graph) for b in ("flex", "eager"))
+            report[f"encoder_{attention}_max_rel_err"] = max_rel_err(flex, eager)
+        # Text positions everywhere (kind 4, j - i): the GLM must be the HF T5 it wraps.
+        text = dict(graph, kind=torch.full_like(graph["kind"], TEXT_TO_TEXT))
+        report["glm_text_vs_hf_max_rel_err"] = max_rel_err(
+            encode(models["eager-global"], text), encode(models["plain"].eval(), text)
+        )
+    # Pass: every float32 error < 1e-3; in low precision the output and the encoders < 3e-2 (low-precision
     # gradients are reported, not judged: bf16 accumulation order differs between the kernels).
     low = str(dtype).removeprefix("torch.")
     judged = {k: v for k, v in report.items() if k.startswith("float32")}
-    judged |= {k: v for k, v in report.items() if k in (f"{low}_out_max_rel_err", "encoder_max_rel_err")}
+    judged |= {k: v for k, v in report.items() if k == f"{low}_out_max_rel_err" or k.startswith(("encoder", "glm"))}
     report["ok"] = all(v < (1e-3 if k.startswith("float32") else 3e-2) for k, v in judged.items())
+
+    # Bias-table gradients of a float32 training step, with and without activation checkpointing (as
+    # GLMEncoder.enable_gradient_checkpointing sets it), against eager without: the table reaches flex as a
+    # captured buffer, and CPU flex returns garbage for it under non-reentrant checkpointing (torch 2.13).
+    models = build_models("tiny", PATHS[2:], device, torch.float32)
+    reference = table_grads(models["eager-global"], graph, checkpointing=False)
+    for backend, checkpointing in (("flex", False), ("flex", True), ("eager", True)):
+        grads = table_grads(models[f"{backend}-global"], graph, checkpointing)
+        report[f"dtable_{backend}{'_ckpt' if checkpointing else ''}_max_rel_err"] = max_rel_err(grads, reference)
+    report["checkpoint_grads_ok"] = all(v < 1e-3 for k, v in report.items() if k.startswith("dtable_"))
     return report
+
+
+def table_grads(model: GLMEncoder, inputs: dict[str, torch.Tensor], checkpointing: bool) -> torch.Tensor:
+    """Gradients of T5's bias table and the GLM's extra rows after one backward. Shapes: -> (K * H,)."""
+    model.train()
+    set_checkpointing(model, checkpointing)
+    model.zero_grad(set_to_none=True)
+    encode(model, inputs).square().sum().backward()
+    set_checkpointing(model, False)
+    return torch.cat([model.position_table.weight.grad.flatten(), model.extra_bias.grad.flatten()])
+
+
+def graph_summary(graph: Graph, local: GLMEncoder, device: torch.device) -> dict:
+    """Token counts, pair kinds and the local GLM's flex block sparsity of one input."""
+    inputs = device_inputs(graph, device)
+    bias = local.attention_bias(inputs["token_mask"], inputs["relative_position"], inputs["kind"])
+    kinds = torch.bincount(graph.kind.flatten().long(), minlength=5) / graph.kind.numel()
+    return {
+        "source": graph.source,
+        "tokens": graph.tokens,
+        "triplets": graph.triplets,
+        "question_tokens": graph.question_tokens,
+        "tokens_per_triplet": round(graph.tokens / max(graph.triplets, 1), 2),
+        "kind_fractions": [round(x, 5) for x in kinds.tolist()],
+        "allowed_fraction_local": round(bias.allowed.float().mean().item(), 5),
+        "skipped_blocks_local_pct": skipped_blocks(graph_block_mask(bias, graph.tokens)),
+    }
 
 
 def markdown(cells: list[dict], modes: list[str]) -> str:
@@ -320,24 +411,31 @@ def markdown(cells: list[dict], modes: list[str]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["t5-base", "t5-large"], choices=sorted(CONFIGS))
-    parser.add_argument("--tokens", type=int, nargs="+", default=[1650, 3300, 6600], help="sequence lengths L")
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1650, 3300, 6600], help="synthetic lengths L")
+    parser.add_argument("--real-graphs", action="store_true", help="real Levi graphs instead of --tokens")
+    parser.add_argument("--triplets", type=int, nargs="+", default=[300, 600, 1200], help="budgets (--real-graphs)")
+    parser.add_argument("--position-mode", default="triple", choices=["triple", "path"], help="for --real-graphs")
+    parser.add_argument(
+        "--layouts",
+        help="--real-graphs: read the Levi layouts from this pickle if it exists, else write them there "
+        "(build them where the MiniLM tokenizer is installed, carry the small file to the GPU machine)",
+    )
     parser.add_argument("--paths", nargs="+", default=PATHS, choices=PATHS)
     parser.add_argument("--modes", nargs="+", default=MODES, choices=MODES)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--group-max", type=int, default=8, help="most triplets sharing one entity (local GLM)")
+    parser.add_argument("--group-max", type=int, default=8, help="most triplets sharing one entity (synthetic)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     parser.add_argument("--backend-check", action="store_true", help="compare flex and eager on the device first")
-    parser.add_argument("--smoke", action="store_true", help="tiny model, two short lengths, few runs (CPU proof)")
+    parser.add_argument("--smoke", action="store_true", help="tiny model, two short graphs, few runs (CPU proof)")
     parser.add_argument("--out", default="benchmarks/results/gpu_glm.json")
     args = parser.parse_args()
     if args.smoke:
-        args.models, args.tokens, args.repeats, args.warmup = ["tiny"], [64, 160], 2, 1
+        args.models, args.tokens, args.triplets, args.repeats, args.warmup = ["tiny"], [64, 160], [12, 30], 2, 1
         torch.set_num_threads(1)  # tiny matmuls on a shared CPU: thread hand-offs cost more than the maths
     device = torch.device(args.device)
     dtype = torch.bfloat16 if args.dtype == "bf16" and device.type == "cuda" else torch.float32
-    AttentionInterface.register(ATTENTION_NAME, graph_attention)
     # Grad modes x lengths x head counts x checkpoint replays exceed dynamo's default 8 graphs per function;
     # past the limit flex would silently run unfused, so allow more.
     torch._dynamo.config.recompile_limit = 64
@@ -347,14 +445,25 @@ def main() -> None:
     # FlexAttention's CPU backward is only the unfused reference, which torch guards; CPU runs are smoke tests.
     guard = cpu_flex_backward() if device.type == "cpu" else contextlib.nullcontext()
 
+    start = time.perf_counter()
+    if args.real_graphs:
+        layouts = cached_layouts(args.triplets, args.layouts)
+        graphs = [Graph.from_layout(layout, n, args.position_mode) for n, layout in layouts]
+    else:
+        graphs = [make_graph(tokens, args.group_max) for tokens in args.tokens]
     result = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "dtype": str(dtype).removeprefix("torch."),
         "batch": 1,
-        "tokens_per_triplet": TOKENS_PER_TRIPLET,
         "num_buckets": NUM_BUCKETS,
+        "graph_source": (
+            f"levi: random_kg{KG_SIZE}, select_subgraph 2 hops, positions {args.position_mode!r}"
+            if args.real_graphs
+            else f"synthetic block pattern, {TOKENS_PER_TRIPLET} tokens per triplet"
+        ),
+        "graph_build_s": round(time.perf_counter() - start, 2),
         "args": vars(args),
         "graphs": {},
         "cells": [],
@@ -372,41 +481,34 @@ def main() -> None:
             print("backend check:", json.dumps(result["backend_check"]))
             if not result["backend_check"]["ok"]:
                 print("BACKEND CHECK FAILED: flex and eager disagree on this device")
+            if not result["backend_check"].get("checkpoint_grads_ok", True):
+                print("CHECKPOINT GRADIENT CHECK FAILED: wrong bias-table gradients (see dtable_*; train_ckpt cells)")
             save()
+        # The local GLM's mask depends on the pair kinds only, so a tiny encoder's bias serves every size.
+        local = GLMEncoder.from_config(T5Config(vocab_size=VOCAB, **CONFIGS["tiny"]), attention="local").to(device)
+        for graph in graphs:
+            result["graphs"][str(graph.tokens)] = graph_summary(graph, local, device)
+        del local
+        save()
         for name in args.models:
-            model = build_model(name, device, dtype)
-            heads = CONFIGS[name]["num_heads"]
-            for tokens in args.tokens:
-                graph = make_graph(tokens, args.group_max, device)
-                ids = torch.randint(0, 32128, (1, tokens), device=device)
-                key_mask = torch.ones(1, tokens, dtype=torch.bool, device=device)
-                table = torch.nn.Parameter(0.1 * torch.randn(NUM_BUCKETS, heads, device=device, dtype=dtype))
-                result["graphs"][str(tokens)] = {
-                    "triplets": graph.triplets,
-                    "allowed_fraction_local": round(graph.allowed.float().mean().item(), 5),
-                    "skipped_blocks_local_pct": skipped_blocks(
-                        graph_block_mask(GraphAttentionBias(graph.bucket, table, graph.allowed, key_mask), tokens)
-                    ),
-                }
-                for path in args.paths:
-                    bias = None
-                    if path != "plain":
-                        backend, variant = path.split("-")
-                        allowed = graph.allowed if variant == "local" else None
-                        bias = GraphAttentionBias(graph.bucket, table, allowed, key_mask, backend)
+            models = build_models(name, args.paths, device, dtype)
+            for graph in graphs:
+                inputs = device_inputs(graph, device)
+                for path, model in models.items():
                     for mode in args.modes:
+                        for other in models.values():  # no gradients of earlier cells in the baseline
+                            other.zero_grad(set_to_none=True)
                         model.train(mode != "forward")
                         set_checkpointing(model, mode == "train_ckpt")
-                        step = make_step(model, path, mode, ids, bias)
-                        cell = {"model": name, "tokens": tokens, "triplets": graph.triplets, "path": path, "mode": mode}
-                        cell |= run_cell(step, device, args.warmup, args.repeats)
+                        cell = {"model": name, "tokens": graph.tokens, "triplets": graph.triplets}
+                        cell |= {"path": path, "mode": mode}
+                        cell |= run_cell(make_step(model, mode, inputs), device, args.warmup, args.repeats)
                         result["cells"].append(cell)
                         print(json.dumps(cell))
                         save()
-                    del bias
-                del graph, ids, table
+                del inputs
                 cleanup(device)
-            del model
+            del models
             cleanup(device)
     save()
     print(f"\n{result['device']}, torch {result['torch']}, {result['dtype']}, batch 1 (written to {out})\n")

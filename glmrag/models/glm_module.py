@@ -119,7 +119,7 @@ class GLMRetrieverModule(RetrieverModule):
         else:
             encoder = GLMEncoder.from_pretrained(t5, **encoder_args)
         if gradient_checkpointing:
-            encoder.t5.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            encoder.enable_gradient_checkpointing()
         self.net = GLMRetriever(encoder, question_dim, aggregation, query_interaction)
         self.loss_fn = functools.partial(
             gfm_rag_loss, bce_weight=bce_weight, listce_weight=listce_weight, temperature=temperature

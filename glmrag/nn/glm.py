@@ -24,6 +24,7 @@ Given an ordinary tensor ``position_bias`` (plain T5 use of the same model), it 
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -142,8 +143,23 @@ class GLMEncoder(nn.Module):
 
     @classmethod
     def from_config(cls, config: T5Config, **kwargs) -> GLMEncoder:
-        """A randomly initialised encoder (tests, the offline demo)."""
+        """A randomly initialised encoder (tests, the offline demo); ``config`` itself is left unchanged."""
+        config = copy.deepcopy(config)  # the model keeps its config object and GLMEncoder sets its attention
         return cls(T5EncoderModel._from_config(config, attn_implementation=register_glm_attention()), **kwargs)
+
+    def enable_gradient_checkpointing(self) -> None:
+        """Recompute each T5 block in the backward pass instead of keeping its activations.
+
+        The flex backend uses reentrant checkpointing: with non-reentrant checkpointing the gradient of the
+        bias table captured by FlexAttention's ``score_mod`` comes out wrong (measured on CPU in torch 2.13;
+        ``tests/nn/test_glm.py`` checks both backends against the eager gradients without checkpointing).
+        """
+        kwargs = {"use_reentrant": self.backend == "flex"}
+        enable = getattr(self.t5, "activation_checkpointing_enable", None)  # transformers >= 5.x
+        if enable is not None:
+            enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            self.t5.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
     @property
     def config(self) -> T5Config:
