@@ -122,7 +122,7 @@ class GLMEncoder(nn.Module):
     Args:
         t5: the encoder; its ``config._attn_implementation`` is set to :data:`ATTENTION_NAME`.
         attention: ``global`` (every pair attends; GLM-RAG default) or ``local`` (kind-1 pairs masked).
-        backend: ``eager`` or ``flex`` (:class:`GraphAttentionBias`).
+        backend: ``eager`` or ``flex`` (:class:`GraphAttentionBias`; without attention-probability dropout).
     """
 
     def __init__(self, t5: T5EncoderModel, attention: str = "global", backend: str = "eager") -> None:
@@ -132,6 +132,12 @@ class GLMEncoder(nn.Module):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         t5.set_attn_implementation(register_glm_attention())
+        if backend == "flex":
+            # FlexAttention has no dropout on attention probabilities: switch that one off (T5Attention reads
+            # its own ``dropout`` attribute); the residual and feed-forward dropouts stay.
+            for module in t5.modules():
+                if isinstance(module, T5Attention):
+                    module.dropout = 0.0
         self.t5, self.attention, self.backend = t5, attention, backend
         table = self.position_table.weight  # (num_buckets, H)
         self.extra_bias = nn.Parameter(table[-1:].detach().clone().repeat(NUM_EXTRA_BUCKETS, 1))  # (3, H)

@@ -182,3 +182,22 @@ def test_gradients_match_eager_with_flex_and_checkpointing(tok, t5, backend, che
 
     for actual, expected in zip(grads(backend, checkpointing), grads("eager", False), strict=True):
         torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_flex_backend_trains_with_dropout_configured(tok):
+    """FlexAttention has no attention dropout: the flex GLM drops only that one, and a training step runs."""
+    config = T5Config(vocab_size=tok.vocab_size, d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8)
+    assert config.dropout_rate > 0
+    glm = GLMEncoder.from_config(config, backend="flex").train()
+    g = encode_triples(CHAIN[:1], tok)
+    n = len(g.input_ids)
+    with cpu_flex_backward():
+        out = glm(
+            torch.from_numpy(g.input_ids)[None],
+            torch.ones(1, n, dtype=torch.bool),
+            torch.from_numpy(g.relative_position)[None],
+            torch.from_numpy(g.kind)[None],
+        )
+        out.sum().backward()
+    assert glm.t5.encoder.block[0].layer[0].SelfAttention.dropout == 0.0
+    assert glm.t5.encoder.block[0].layer[0].dropout.p == config.dropout_rate
