@@ -125,6 +125,16 @@ def cached_question_embeddings(
 # --- Sampling -----------------------------------------------------------------------------------------
 
 
+def dataset_index_config(index_cfg: Mapping[str, Any], name: str) -> DictConfig:
+    """The index config of dataset ``name``: ``extractor`` may map each training dataset to its extractor."""
+    cfg = dict(index_cfg)
+    if isinstance(cfg.get("extractor"), Mapping):
+        if name not in cfg["extractor"]:
+            raise ValueError(f"index.extractor maps {sorted(cfg['extractor'])} but not dataset {name!r}; add it")
+        cfg["extractor"] = cfg["extractor"][name]
+    return OmegaConf.create(cfg)
+
+
 class KGBatchSampler(DistributedSampler):
     """Batches of one KG each, shuffled per epoch and split across ``num_replicas`` devices.
 
@@ -325,12 +335,7 @@ class KGQADataModule(LightningDataModule):
     # -- Lightning hooks --
 
     def _index_cfg(self, name: str) -> DictConfig:
-        cfg = dict(self.hparams.index)
-        if isinstance(cfg.get("extractor"), Mapping):
-            if name not in cfg["extractor"]:
-                raise ValueError(f"index.extractor maps {sorted(cfg['extractor'])} but not dataset {name!r}; add it")
-            cfg["extractor"] = cfg["extractor"][name]
-        return OmegaConf.create(cfg)
+        return dataset_index_config(self.hparams.index, name)
 
     def _load_kg(self, name: str) -> tuple[KGIndex, GraphInputs, dict[str, torch.Tensor]]:
         full = load_dataset(name, root=self.hparams.root)

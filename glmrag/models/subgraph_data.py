@@ -66,7 +66,7 @@ from glmrag.index.cache import get_index
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.io import atomic_write_bytes, atomic_write_text, cache_root, default_mode
-from glmrag.models.datamodule import KGQADataModule, cached_question_embeddings, default_inputs_cache_dir
+from glmrag.models.datamodule import cached_question_embeddings, dataset_index_config, default_inputs_cache_dir
 from glmrag.models.glm_inputs import RECORD_SCHEMA, GLMCollate, SubgraphSettings, load_tokenizer, question_record
 
 log = logging.getLogger(__name__)
@@ -304,8 +304,12 @@ class SubgraphDataModule(LightningDataModule):
         cache_dir: where the shards live (None: ``$GLMRAG_CACHE_DIR/glm_subgraphs``).
     """
 
-    _index_cfg = KGQADataModule._index_cfg
-    index = KGQADataModule.index
+    def index(self, kg: str) -> KGIndex:
+        """The KG index of dataset ``kg``, available after :meth:`setup`."""
+        return self.indexes[kg]
+
+    def _index_cfg(self, name: str) -> DictConfig:
+        return dataset_index_config(self.hparams.index, name)
 
     def __init__(
         self,
