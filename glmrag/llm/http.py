@@ -1,0 +1,233 @@
+"""An OpenAI-compatible HTTP backend: OpenAI, vLLM, llama.cpp server, or :mod:`glmrag.llm.serve`.
+
+Chats go to ``{base_url}/chat/completions``, plain prompts to
+``{base_url}/completions``; ``base_url`` includes the version path, as in the
+OpenAI client (``http://127.0.0.1:8008/v1``).
+
+- The API key is read from the environment variable named by ``api_key_env``
+  at each request and sent as ``Authorization: Bearer ...``; it is never stored
+  on the object, written to the cache, or put in a message.
+- A request is retried on 429, 5xx, timeouts and connection errors, at most
+  ``max_retries`` times, waiting ``backoff * 2**attempt`` seconds (capped at
+  ``max_backoff``; a ``Retry-After`` header is honoured within that cap). Other
+  answers (401, 404, ...) fail at once with what to fix.
+- At most ``concurrency`` requests are in flight, across all threads using this object.
+- Responses are cached on disk under ``cache_dir``, one JSON file per request,
+  keyed by a hash of (base_url, endpoint, model, messages or prompt, settings).
+  Only greedy requests (temperature 0) are cached unless ``cache_sampled``.
+  A cache hit is counted as a call and a ``cache_hit`` and costs 0 seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from glmrag.io import atomic_write_text, cache_root
+from glmrag.llm.base import LLM, Generation, Prompt, UsageCounter, truncate_at_stop
+
+
+class LLMError(RuntimeError):
+    """A server could not be reached, or answered something other than a completion."""
+
+
+_RETRY_STATUS = {429, 500, 502, 503, 504}
+
+
+def _hint(status: int, key_env: str | None) -> str:
+    if status in (401, 403):
+        return f"set a valid API key in the environment variable {key_env}" if key_env else "the server wants a key"
+    if status == 404:
+        return "check base_url (it includes the version path, e.g. http://host:port/v1) and the model name"
+    return "check the request settings against the server's documentation"
+
+
+class HTTPLLM(LLM):
+    """Generation through an OpenAI-compatible server.
+
+    Args:
+        base_url: the API root including the version path, e.g. ``https://api.openai.com/v1``.
+        model: the model name the server knows.
+        api_key_env: the environment variable that holds the key (None or unset: no key is sent).
+        timeout: seconds to wait for one request (connecting takes at most 10 of them).
+        max_retries: retries of one request after the first attempt.
+        backoff / max_backoff: the first wait between attempts and its cap, in seconds.
+        concurrency: requests in flight at most.
+        cache_dir: the response cache (None: ``cache_root()/llm_cache``).
+        use_cache: False: neither read nor write the cache.
+        cache_sampled: also cache requests with temperature > 0.
+        max_tokens_field: ``max_tokens`` (most servers) or ``max_completion_tokens`` (newer OpenAI models).
+        extra_body: more request fields (``top_p``, ``seed``, ...), sent with every request and part of the cache key.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        timeout: float = 60.0,
+        max_retries: int = 4,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+        concurrency: int = 4,
+        cache_dir: str | Path | None = None,
+        use_cache: bool = True,
+        cache_sampled: bool = False,
+        max_tokens_field: str = "max_tokens",
+        extra_body: dict[str, Any] | None = None,
+        usage: UsageCounter | None = None,
+    ) -> None:
+        super().__init__(usage)
+        if concurrency < 1 or max_retries < 0:
+            raise ValueError(f"concurrency is {concurrency}, max_retries {max_retries}; expected >= 1 and >= 0")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.name = f"{model}@{self.base_url}"
+        self.api_key_env = api_key_env
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.concurrency = concurrency
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else cache_root() / "llm_cache"
+        self.use_cache = use_cache
+        self.cache_sampled = cache_sampled
+        self.max_tokens_field = max_tokens_field
+        self.extra_body = dict(extra_body or {})
+        self.attempts = 0
+        """HTTP requests sent so far, retries included (cache hits send none)."""
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(concurrency)
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+            limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> HTTPLLM:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- requests -------------------------------------------------------------------------------------
+
+    def request(self, prompt: Prompt, max_new_tokens: int, temperature: float, stop: list[str]) -> tuple[str, dict]:
+        """The endpoint and JSON body for one prompt (no key in it: that goes in a header)."""
+        body: dict[str, Any] = {"model": self.model}
+        if isinstance(prompt, str):
+            endpoint, body["prompt"] = "/completions", prompt
+        else:
+            endpoint, body["messages"] = "/chat/completions", prompt
+        body |= {self.max_tokens_field: max_new_tokens, "temperature": temperature}
+        if stop:
+            body["stop"] = stop
+        return endpoint, body | self.extra_body
+
+    def cache_path(self, endpoint: str, body: dict) -> Path:
+        """The cache file of a request: a SHA-256 of base_url, endpoint and body (model, prompt, settings)."""
+        key = json.dumps({"base_url": self.base_url, "endpoint": endpoint, "body": body}, sort_keys=True)
+        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
+        return self.cache_dir / digest[:2] / f"{digest}.json"
+
+    def _post(self, endpoint: str, body: dict) -> tuple[dict, int]:
+        """The server's JSON answer and the number of retries it took."""
+        url = self.base_url + endpoint
+        headers = {}
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            wait = min(self.max_backoff, self.backoff * 2**attempt)
+            with self._lock:
+                self.attempts += 1
+            try:
+                with self._slots:
+                    r = self._client.post(url, json=body, headers=headers)
+            except httpx.TransportError as e:  # refused, reset, timed out
+                last = f"{type(e).__name__}: {e}"
+            else:
+                if r.status_code == 200:
+                    try:
+                        return r.json(), attempt
+                    except ValueError:
+                        raise LLMError(f"{url} answered 200 with a body that is not JSON: {r.text[:200]!r}") from None
+                last = f"HTTP {r.status_code}: {r.text[:200]}"
+                if r.status_code not in _RETRY_STATUS:
+                    raise LLMError(f"{url} answered {last}; {_hint(r.status_code, self.api_key_env)}")
+                try:
+                    wait = min(self.max_backoff, max(wait, float(r.headers.get("retry-after", 0))))
+                except ValueError:
+                    pass
+            if attempt < self.max_retries:
+                time.sleep(wait)
+        raise LLMError(
+            f"{url}: no answer after {self.max_retries + 1} attempts (last: {last}); "
+            "check that the server runs and base_url is right, or raise max_retries/timeout"
+        )
+
+    @staticmethod
+    def _read(answer: dict, endpoint: str, url: str) -> dict:
+        """Text, token counts and finish reason out of an OpenAI-style answer."""
+        try:
+            choice = answer["choices"][0]
+            text = choice["message"].get("content") if endpoint == "/chat/completions" else choice.get("text")
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raise LLMError(f"{url} answered without choices[0]: {json.dumps(answer)[:300]}") from None
+        usage = answer.get("usage") or {}
+        return {
+            "text": text or "",
+            "prompt_tokens": int(usage.get("prompt_tokens") or 0),
+            "generated_tokens": int(usage.get("completion_tokens") or 0),
+            "finish_reason": "length" if choice.get("finish_reason") == "length" else "stop",
+        }
+
+    def _one(self, endpoint: str, body: dict, stop: list[str], path: Path | None) -> tuple[Generation, int]:
+        start = time.perf_counter()
+        answer, retries = self._post(endpoint, body)
+        fields = self._read(answer, endpoint, self.base_url + endpoint)
+        fields["text"], _ = truncate_at_stop(fields["text"], stop)  # servers that ignore stop
+        if path is not None:
+            record = {"request": {"base_url": self.base_url, "endpoint": endpoint, "body": body}, "response": fields}
+            atomic_write_text(path, json.dumps(record, ensure_ascii=False, indent=1))
+        return Generation(**fields, seconds=time.perf_counter() - start), retries
+
+    def _cached(self, path: Path) -> Generation | None:
+        try:
+            fields = json.loads(path.read_text(encoding="utf-8"))["response"]
+            return Generation(**fields, seconds=0.0, cached=True)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # missing or unreadable: asked again and rewritten
+
+    def _generate(
+        self, prompts: list[Prompt], max_new_tokens: int, temperature: float, stop: list[str]
+    ) -> list[Generation]:
+        out: list[Generation | None] = [None] * len(prompts)
+        todo: list[tuple[int, str, dict, Path | None]] = []
+        cacheable = self.use_cache and (temperature == 0 or self.cache_sampled)
+        for i, p in enumerate(prompts):
+            endpoint, body = self.request(p, max_new_tokens, temperature, stop)
+            path = self.cache_path(endpoint, body) if cacheable else None
+            out[i] = self._cached(path) if path is not None else None
+            if out[i] is None:
+                todo.append((i, endpoint, body, path))
+        if todo:
+            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(todo))) as pool:
+                futures = [(i, pool.submit(self._one, endpoint, body, stop, path)) for i, endpoint, body, path in todo]
+                retries = 0
+                for i, f in futures:
+                    out[i], n = f.result()
+                    retries += n
+            if retries:
+                self.usage.count("http_retries", retries)
+        return out  # type: ignore[return-value]
