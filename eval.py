@@ -2,17 +2,18 @@
 
 python eval.py                                   # dense vs PPR on the embedded MuSiQue set
 python eval.py data=2wiki_test retriever=[ppr] data.limit=100 output_dir=outputs/2wiki
+python eval.py study=mine                        # also filed under results/mine/ (read by python -m glmrag.report)
 """
 
 import hydra
 from omegaconf import DictConfig
 
-from glmrag.pipeline import run_eval
+from glmrag.pipeline import run_eval, store_eval_run
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="eval")
 def main(cfg: DictConfig) -> None:
-    run_eval(cfg)
+    store_eval_run(cfg, run_eval(cfg))
 
 
 if __name__ == "__main__":

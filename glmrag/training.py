@@ -2,7 +2,8 @@
 
 ``train.py`` is a thin wrapper around :func:`run_train`. Everything the
 Trainer owns (devices, DDP, precision, accumulation, checkpoints, loggers) comes
-from ``configs/trainer``, ``configs/callbacks`` and ``configs/logger``.
+from ``configs/trainer``, ``configs/callbacks`` and ``configs/logger``. Each run
+is filed in the results store (:mod:`glmrag.eval.store`) under ``results_dir``.
 """
 
 from __future__ import annotations
@@ -15,16 +16,35 @@ from typing import Any
 
 import hydra
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from glmrag.eval import EvalResult
-from glmrag.pipeline import run_eval
+from glmrag.eval.store import run_record, write_run
+from glmrag.models.datamodule import dataset_index_config
+from glmrag.pipeline import hydra_overrides, resolved_config_yaml, run_eval
 
 log = logging.getLogger(__name__)
 
 WANDB_HOST = "api.wandb.ai"
+KEY_SETTINGS = (
+    "data.name",
+    "datamodule.limit",
+    "model.hidden_channels",
+    "model.num_layers",
+    "model.use_node_features",
+    "model.t5",
+    "model.t5_config",  # when set, a random T5 of these fields replaces model.t5
+    "model.max_hops",
+    "model.max_triplets",
+    "model.layout",
+    "model.attention",
+    "trainer.max_epochs",
+    "seed",
+)
+"""Settings a run's store entry records (those its model has), for the study report's columns and axes."""
 
 
 def wandb_logged_in() -> bool:
@@ -78,20 +98,31 @@ def best_checkpoint(callbacks: list[Callback]) -> str | None:
     return None
 
 
-def evaluation_config(cfg: DictConfig, ckpt_path: str) -> DictConfig:
-    """An ``eval.yaml``-shaped config: the trained checkpoint and the baselines on the test split."""
+def eval_datasets(cfg: DictConfig) -> list[str]:
+    """The datasets the trained model is evaluated on: ``cfg.eval_data``, else the training data."""
+    return [str(name) for name in cfg.get("eval_data") or [cfg.data.name]]
+
+
+def evaluation_config(cfg: DictConfig, ckpt_path: str, dataset: str | None = None) -> DictConfig:
+    """An ``eval.yaml``-shaped config: the trained checkpoint and the baselines on the test split of ``dataset``.
+
+    ``dataset`` (default: the training data ``cfg.data.name``) is a registry name; another dataset than the
+    training data (GLM-RAG Table 1, transfer) is read with ``cfg.data``'s root and limit and written to
+    ``<output_dir>/eval_<dataset>``; ``index.extractor`` may map dataset names to extractors.
+    """
+    name = dataset or cfg.data.name
     checkpoint = {"_target_": "glmrag.retrievers.checkpoint.load_checkpoint_retriever", "ckpt_path": ckpt_path}
     retrievers = {cfg.run_name: checkpoint}
     retrievers.update(OmegaConf.to_container(cfg.baselines, resolve=True) or {})
-    index = OmegaConf.to_container(cfg.index, resolve=True)
-    if isinstance(index["extractor"], dict):  # several training KGs: the evaluated one's extractor
-        index["extractor"] = index["extractor"][cfg.data.name]
+    # index.extractor may map each dataset to its extractor: the evaluated dataset's
+    index = OmegaConf.to_container(dataset_index_config(OmegaConf.to_container(cfg.index, resolve=True), name))
+    data = {**OmegaConf.to_container(cfg.data, resolve=True), "name": name, "split": cfg.eval_split}
     return OmegaConf.create(
         {
-            "data": {**OmegaConf.to_container(cfg.data, resolve=True), "split": cfg.eval_split},
+            "data": {**data, "extractor": index["extractor"]},
             "index": index,
             "retriever": retrievers,
-            "output_dir": str(Path(cfg.output_dir) / "eval"),
+            "output_dir": str(Path(cfg.output_dir) / ("eval" if name == cfg.data.name else f"eval_{name}")),
             "reference": cfg.run_name,
             "ks": list(cfg.ks),
             "top_k": max(cfg.ks),
@@ -128,8 +159,10 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
 
     With ``cfg.pretrain`` set (GFM-RAG), a KG-completion run comes first and the
     fine-tuning starts from its last checkpoint (``model.init_from``). Returns the
-    Trainer's callback metrics, the best checkpoint path and the
-    :class:`~glmrag.eval.EvalResult` (None when ``evaluate`` is false).
+    Trainer's callback metrics (``metrics``), the best checkpoint path, the
+    :class:`~glmrag.eval.EvalResult` per evaluated dataset (``evals``; ``eval``: the
+    first, None when ``evaluate`` is false) and the run's results-store folders
+    (``stored``; none for a fast_dev_run).
     """
     L.seed_everything(cfg.seed, workers=True)
     if cfg.get("pretrain") and not cfg.get("ckpt_path"):
@@ -147,12 +180,68 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("test") and best:  # every rank: under DDP, test is a collective run
         trainer.test(datamodule=trainer.datamodule, ckpt_path=best)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
-    result: EvalResult | None = None
+    evals: dict[str, EvalResult] = {}
     if cfg.get("evaluate") and best and trainer.is_global_zero:
-        result = run_eval(evaluation_config(cfg, best))
+        for name in eval_datasets(cfg):
+            evals[name] = result = run_eval(evaluation_config(cfg, best, name))
+            prefix = "eval" if name == cfg.data.name else f"eval/{name}"
+            for logger in loggers:  # a WandbLogger keeps the last value of each key as the run's summary
+                logger.log_metrics(
+                    {f"{prefix}/{m}": iv.mean for m, iv in result.overall[cfg.run_name].items() if hasattr(iv, "mean")}
+                )
+    stored = []
+    if trainer.is_global_zero and not trainer.fast_dev_run:
+        model = trainer.lightning_module
+        stored = store_train_run(cfg, model, metrics, best, evals)
         for logger in loggers:
-            logger.log_metrics(
-                {f"eval/{m}": iv.mean for m, iv in result.overall[cfg.run_name].items() if hasattr(iv, "mean")}
-            )
+            logger.log_hyperparams({"results": [str(p) for p in stored], "num_parameters": num_parameters(model)})
     log.info("best checkpoint: %s", best)
-    return {"metrics": metrics, "best_checkpoint": best, "eval": result}
+    first = next(iter(evals.values()), None)
+    return {"metrics": metrics, "best_checkpoint": best, "eval": first, "evals": evals, "stored": stored}
+
+
+def num_parameters(module: torch.nn.Module, trainable_only: bool = False) -> int:
+    """Parameters of ``module``: the retriever's own weights (GLM-RAG Table 18 counts a GLM's T5 encoder,
+    the only part of T5 the GLM holds, with its head)."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
+
+
+def store_train_run(
+    cfg: DictConfig,
+    model: torch.nn.Module,
+    metrics: dict[str, float],
+    best: str | None,
+    evals: dict[str, EvalResult],
+) -> list[Path]:
+    """File the run in the results store: one entry per evaluated dataset (one, without metrics, if none)."""
+    absent = object()
+    settings = {key: OmegaConf.select(cfg, key, default=absent) for key in KEY_SETTINGS}
+    run = {
+        "study": cfg.study,
+        "run_name": cfg.run_name,
+        "family": cfg.family,
+        "model": cfg.model._target_,
+        "train_data": list(cfg.datamodule.datasets),
+        "num_parameters": num_parameters(model),
+        "num_trainable_parameters": num_parameters(model, trainable_only=True),
+        "best_checkpoint": best,
+        "output_dir": str(cfg.output_dir),
+        "settings": {
+            key: OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+            for key, value in settings.items()
+            if value is not absent
+        },
+        "overrides": hydra_overrides(),
+    }
+    config_yaml = resolved_config_yaml(cfg)
+    paths = [
+        write_run(
+            cfg.results_dir,
+            cfg.run_name if name == cfg.data.name else f"{cfg.run_name}_on_{name}",
+            run_record(result, {**run, "eval_data": name}, metrics),
+            config_yaml,
+        )
+        for name, result in evals.items()
+    ] or [write_run(cfg.results_dir, cfg.run_name, run_record(None, run, metrics), config_yaml)]
+    log.info("stored in %s", ", ".join(str(p) for p in paths))
+    return paths

@@ -51,7 +51,9 @@ def test_eval_job_on_toy_writes_metrics_for_both_retrievers(cache, tmp_path):
 def test_eval_script_on_musique_subset(cache, tmp_path):
     out = tmp_path / "mq"
     cmd = [sys.executable, "eval.py", "data.limit=20", "data.split=test", f"output_dir={out}", "n_boot=200"]
+    cmd.append(f"results_dir={tmp_path / 'results'}")  # the results store, outside the repository
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
     metrics = json.loads((out / "metrics.json").read_text())
     assert len({json.loads(line)["question_id"] for line in (out / "per_question.jsonl").open()}) == 20
     assert set(metrics["overall"]) == {"dense", "ppr"}
+    assert (tmp_path / "results" / "eval-musique100" / "metrics.json").is_file()

@@ -1,5 +1,6 @@
 """The training job through Hydra: every experiment config runs, the main job trains and evaluates."""
 
+import itertools
 import json
 from pathlib import Path
 
@@ -7,9 +8,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from glmrag.models.gnn_module import GNNRetrieverModule
 from glmrag.training import evaluation_config, resolve_wandb_mode, run_train, wandb_logged_in
 
 ROOT = Path(__file__).resolve().parents[1]
+STUDIES = sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("study_*.yaml"))
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml"))
 TINY = ["model.hidden_channels=8", "model.num_layers=1", "data.limit=8", "logger=[csv]"]
 TINY_GLM = [
@@ -21,8 +24,19 @@ TINY_GLM = [
 ]
 
 
-def tiny(experiment: str) -> list[str]:
-    return TINY_GLM if experiment.startswith("glm") else TINY
+def first_run(experiment: str) -> list[str]:
+    """A study's first run: the first value of each key it sweeps (a study file alone is no run of it)."""
+    if not experiment.startswith("study_"):
+        return []
+    params = _compose([f"experiment={experiment}", "output_dir=x"], return_hydra_config=True).hydra.sweeper.params
+    return [f"{key}={str(values).split(',')[0]}" for key, values in params.items()]
+
+
+def tiny(experiment: str, run: list[str] = ()) -> list[str]:
+    """Tiny sizes for the model the experiment trains: the GLM's when it, or the system a study run
+    picks (``+system=glm_...``, ``+system/capacity=glm_rag``), is named glm*."""
+    system = [o.split("=", 1)[1] for o in run if o.lstrip("+").startswith("system")]
+    return TINY_GLM if experiment.startswith("glm") or any(s.startswith("glm") for s in system) else TINY
 
 
 def _compose(overrides, return_hydra_config=False):
@@ -31,7 +45,7 @@ def _compose(overrides, return_hydra_config=False):
 
 
 def _paths(tmp_path):
-    return [f"output_dir={tmp_path / 'out'}", f"checkpoint_dir={tmp_path / 'ckpt'}"]
+    return [f"output_dir={tmp_path / 'out'}", f"checkpoint_dir={tmp_path / 'ckpt'}", f"results_dir={tmp_path / 'res'}"]
 
 
 def test_experiments_exist():
@@ -43,12 +57,15 @@ def test_experiments_exist():
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_experiment_runs_fast_dev_run(experiment, glmrag_cache, tmp_path):
-    cfg = _compose([f"experiment={experiment}", *tiny(experiment), *_paths(tmp_path), "+trainer.fast_dev_run=true"])
-    assert cfg.run_name == f"{cfg.model_name}-musique100"
+    run = first_run(experiment)
+    cfg = _compose(
+        [f"experiment={experiment}", *run, *tiny(experiment, run), *_paths(tmp_path), "+trainer.fast_dev_run=true"]
+    )
+    assert cfg.run_name.startswith(cfg.model_name) and cfg.run_name.endswith("-musique100")
     out = run_train(cfg)
     assert out["metrics"]["train/loss"] >= 0.0
     assert out["best_checkpoint"] is None  # a smoke test: no checkpoint is tested or evaluated
-    assert out["eval"] is None
+    assert out["eval"] is None and out["stored"] == [] and not (tmp_path / "res").exists()
 
 
 def test_experiment_values_reach_the_model():
@@ -76,6 +93,16 @@ def test_main_job_trains_tests_and_evaluates_against_ppr(glmrag_cache, tmp_path)
     metrics = json.loads((tmp_path / "out" / "eval" / "metrics.json").read_text())
     assert metrics["reference"] == "gfm_rag_plus_demo-musique100"
     assert (tmp_path / "out" / "csv").is_dir()
+    # the results store: the evaluator's metrics.json plus the run and the Trainer's metrics, and the config
+    assert out["stored"] == [tmp_path / "res" / "gfm_rag_plus_demo-musique100"]
+    stored = json.loads((out["stored"][0] / "metrics.json").read_text())
+    assert {k: stored[k] for k in metrics if k != "settings"} == {k: v for k, v in metrics.items() if k != "settings"}
+    assert stored["trainer"]["test/recall@2"] == pytest.approx(out["metrics"]["test/recall@2"])
+    run = stored["run"]
+    assert run["num_parameters"] == sum(p.numel() for p in load_gnn(best).parameters()) > 0
+    assert (run["study"], run["family"], run["eval_data"]) == ("adhoc", "gfm_rag_plus_demo", "musique100")
+    assert run["settings"]["model.hidden_channels"] == 16 and "model.max_triplets" not in run["settings"]
+    assert OmegaConf.load(out["stored"][0] / "config.yaml").model.hidden_channels == 16
 
 
 def test_glm_trains_tests_and_evaluates_like_the_gnn(glmrag_cache, tmp_path):
@@ -89,6 +116,9 @@ def test_glm_trains_tests_and_evaluates_like_the_gnn(glmrag_cache, tmp_path):
     assert result.overall["glm_demo-musique100"]["recall@2"].mean == pytest.approx(
         out["metrics"]["test/recall@2"], abs=1e-6
     )
+    run = json.loads((out["stored"][0] / "metrics.json").read_text())["run"]
+    assert run["settings"]["model.max_triplets"] == 40 and run["settings"]["model.t5_config"]["d_model"] == 128
+    assert "model.hidden_channels" not in run["settings"] and run["family"] == "glm_demo"
 
 
 def test_glm_ablation_values_reach_the_model_and_datamodule():
@@ -159,3 +189,61 @@ def test_several_training_kgs_evaluate_on_the_data_kg():
     ev = evaluation_config(cfg, "best.ckpt")
     assert ev.index.extractor == "openie" and ev.data.split == "test"
     assert ev.retriever[cfg.run_name].ckpt_path == "best.ckpt" and set(ev.retriever) == {cfg.run_name, "dense", "ppr"}
+
+
+def load_gnn(ckpt):
+    return GNNRetrieverModule.load_from_checkpoint(ckpt, map_location="cpu")
+
+
+def study_runs(study: str) -> list:
+    """Every run of a study's sweep, composed (the Cartesian product of its hydra.sweeper.params)."""
+    params = _compose([f"experiment={study}", "output_dir=x"], return_hydra_config=True).hydra.sweeper.params
+    grid = [[f"{key}={v}" for v in str(values).split(",")] for key, values in params.items()]
+    return [_compose([f"experiment={study}", "output_dir=x", *run]) for run in itertools.product(*grid)]
+
+
+def test_the_paper_studies_exist():
+    names = {"in_domain", "transfer", "subgraph_restriction", "capacity_scaling", "data_scaling", "latency"}
+    assert {f"study_{n}" for n in names} == set(STUDIES)
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_every_study_run_composes_into_one_results_folder(study):
+    runs = study_runs(study)
+    assert len(runs) >= 2
+    for cfg in runs:
+        assert cfg.study == study.removeprefix("study_") and cfg.results_dir == f"results/{cfg.study}"
+        glm = cfg.model._target_.endswith("GLMRetrieverModule")
+        assert glm == cfg.family.startswith("glm") == cfg.datamodule._target_.endswith("SubgraphDataModule")
+    assert len({c.run_name for c in runs}) == len(runs)  # runs are told apart
+
+
+def test_study_values_follow_the_paper():
+    restriction = study_runs("study_subgraph_restriction")  # Table 3
+    assert sorted(c.model.max_triplets for c in restriction if c.family == "glm_rag") == [300, 400, 500, 600]
+    assert [c.model_name for c in restriction if c.family != "glm_rag"] == ["gfm_rag_star"]
+    capacity = study_runs("study_capacity_scaling")  # Table 18 pairs
+    pairs = {(c.capacity, c.model.get("hidden_channels") or c.model.t5) for c in capacity}
+    assert {p for p in pairs if p[0] == "small"} == {("small", 1024), ("small", "t5-small")}
+    assert {c.model.hidden_channels for c in capacity if "hidden_channels" in c.model} == {1024, 2048, 4096}
+    assert {c.model.t5 for c in capacity if "t5" in c.model} == {"t5-small", "t5-base", "t5-large"}
+    assert {c.family for c in capacity} == {"gfm_rag_star", "gfm_rag_plus", "glm_rag"}
+    scaling = study_runs("study_data_scaling")  # Fig. 7
+    assert sorted({c.datamodule.limit for c in scaling}) == [15, 30, 45, 60]
+    assert {c.data.limit for c in scaling} == {None}  # the evaluator scores the whole test split
+    assert [c.pretrain is not None for c in study_runs("study_in_domain")] == [True, False, False, False]
+
+
+def test_transfer_study_evaluates_on_other_datasets():
+    runs = study_runs("study_transfer")  # Table 1
+    assert {(c.data.name, c.family) for c in runs} == {
+        (d, f) for d in ("musique100", "2wiki_train") for f in ("gfm_rag_star", "gfm_rag_plus", "glm_rag")
+    }
+    cfg = next(c for c in runs if c.data.name == "musique100")
+    assert list(cfg.eval_data) == ["musique100", "2wiki_test"]
+    own, other = evaluation_config(cfg, "best.ckpt"), evaluation_config(cfg, "best.ckpt", "2wiki_test")
+    assert (own.data.name, own.index.extractor, own.output_dir) == ("musique100", "openie", "x/eval")
+    assert (other.data.name, other.data.split, other.index.extractor) == ("2wiki_test", "test", "spacy")
+    assert other.output_dir == "x/eval_2wiki_test" and other.reference == cfg.run_name
+    with pytest.raises(ValueError, match="not dataset 'toy'"):
+        evaluation_config(cfg, "best.ckpt", "toy")

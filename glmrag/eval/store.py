@@ -1,0 +1,112 @@
+"""The results store: one folder per run under a study's results folder, read back by ``glmrag.report``.
+
+``train.py`` and ``eval.py`` each file their run under ``results_dir`` (``results/<study>``)::
+
+    <results_dir>/<run id>/metrics.json   the evaluator's metrics.json (glmrag.eval.report.metrics_json),
+                                          plus "run" (who, on what data, key settings, parameter count)
+                                          and "trainer" (the Trainer's metrics, test/* included)
+    <results_dir>/<run id>/config.yaml    the run's resolved config
+
+A run folder is assembled under a hidden temporary name and then renamed into place, so a reader sees
+a whole run or none of it; each file is also written with :func:`glmrag.io.atomic_write_text`. A run id
+already taken gets ``-2``, ``-3``, ... appended: a later run never overwrites an earlier one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from glmrag.eval.report import metrics_json
+from glmrag.io import atomic_write_text, default_mode
+
+if TYPE_CHECKING:
+    from glmrag.eval.evaluator import EvalResult
+
+METRICS_FILE = "metrics.json"
+CONFIG_FILE = "config.yaml"
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """One run read back from a results folder."""
+
+    run_id: str
+    """The run's folder name."""
+    path: Path
+    metrics: dict[str, Any]
+    """The parsed ``metrics.json``: the evaluator's keys (absent when nothing was evaluated), ``run``, ``trainer``."""
+
+    @property
+    def run(self) -> dict[str, Any]:
+        return self.metrics.get("run", {})
+
+    @property
+    def evaluated(self) -> bool:
+        return bool(self.metrics.get("overall"))
+
+
+def run_record(result: EvalResult | None, run: dict[str, Any], trainer: dict[str, float] | None = None) -> dict:
+    """The content of a stored ``metrics.json``: the evaluator's metrics (if any), ``run`` and ``trainer``."""
+    record = metrics_json(result) if result is not None else {}
+    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return {**record, "run": {**run, "stored_at": stamp}, "trainer": dict(trainer or {})}
+
+
+def _safe_id(run_id: str) -> str:
+    """A folder name: path separators and other odd characters become ``_``."""
+    return re.sub(r"[^A-Za-z0-9._@+=-]", "_", run_id).lstrip(".") or "run"
+
+
+def write_run(results_dir: str | os.PathLike[str], run_id: str, record: dict, config_yaml: str) -> Path:
+    """Store one run as ``<results_dir>/<run_id>[-n]/{metrics.json, config.yaml}``; returns its folder.
+
+    The folder appears in one rename, complete; an existing folder of the same id is never touched.
+    """
+    root = Path(results_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    base = _safe_id(run_id)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{base}.", suffix=".tmp"))
+    try:
+        atomic_write_text(tmp / CONFIG_FILE, config_yaml)
+        atomic_write_text(tmp / METRICS_FILE, json.dumps(record, indent=2, allow_nan=False) + "\n")
+        os.chmod(tmp, default_mode(directory=True))
+        for n in range(1, 10_000):
+            target = root / (base if n == 1 else f"{base}-{n}")
+            if target.exists():
+                continue
+            try:
+                os.rename(tmp, target)  # atomic; fails on a non-empty folder another writer just made
+                return target
+            except OSError:
+                if not target.exists():
+                    raise
+        raise FileExistsError(f"{root}: 9,999 runs are already named {base!r}; use another run_name")
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+def read_runs(results_dir: str | os.PathLike[str]) -> list[StoredRun]:
+    """Every complete run under ``results_dir``, sorted by folder name (hidden temporary folders skipped)."""
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"results folder {root} does not exist; train.py and eval.py write into results_dir")
+    runs = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        path = folder / METRICS_FILE
+        if not path.is_file():
+            continue
+        try:
+            metrics = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path} is not valid JSON ({err}); delete the run folder or rerun it") from err
+        runs.append(StoredRun(folder.name, folder, metrics))
+    return runs

@@ -1,0 +1,258 @@
+"""Paper-style tables of a study: the runs of one results folder (:mod:`glmrag.eval.store`) side by side.
+
+Two views of the same numbers (Recall@2 and Recall@5, means with 95% bootstrap CIs):
+
+- the **paper table** (GLM-RAG Tables 1, 3, 16, 19): one row per value of what the study varies within a
+  system family (:func:`swept_keys`: the training x test set of Table 1, the triplet budget of Table 3,
+  the T5 / hidden-size pair of Table 19, the number of training questions of Fig. 7) and one column
+  per family (``family`` in the run's config: GFM-RAG*, GFM-RAG+, GLM-RAG, ...);
+- the **runs table**: every system of every run, the trained one first (``(ref)``), its baselines with
+  the evaluator's App. H markers against it, the run's parameter count and, where measured, the
+  retrieval time per question (GLM-RAG Table 7).
+
+Significance markers are those of each run's own ``metrics.json`` (paired tests on the same questions
+against that run's trained system); runs are not tested against each other.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from glmrag.eval.report import _cell, _label
+from glmrag.eval.significance import Interval
+from glmrag.eval.store import StoredRun
+
+METRICS = ("recall@2", "recall@5")
+SYSTEM_KEYS = ("system", "experiment")
+"""Override keys that choose the system or the study: their values name families, not rows."""
+LABELS = {"data": "train data", "eval_data": "test data", "data.name": "train data"}
+MISSING = "–"
+
+
+@dataclass
+class Row:
+    """One system of one stored run."""
+
+    run_id: str
+    system: str
+    reference: bool
+    family: str
+    eval_data: str
+    values: dict[str, Any]
+    """The run's swept values (see :func:`swept_keys`); empty for a baseline."""
+    overall: dict[str, Interval]
+    markers: dict[str, str] = field(default_factory=dict)
+    num_parameters: int | None = None
+    ms_per_question: float | None = None
+
+
+def overrides(run: StoredRun) -> dict[str, str]:
+    """The run's command-line overrides as key -> value (``+``/``++`` prefixes dropped)."""
+    pairs = (o.partition("=") for o in run.run.get("overrides", []))
+    return {key.lstrip("+~"): value for key, sep, value in pairs if sep}
+
+
+def _family(run: StoredRun) -> str:
+    return str(run.run.get("family") or run.metrics.get("reference") or run.run_id)
+
+
+def _value(run: StoredRun, key: str) -> Any:
+    """A swept value of a run: its override, its evaluated dataset, or a recorded setting; MISSING if none."""
+    if key == "eval_data":
+        return run.run.get("eval_data", MISSING)
+    found = overrides(run).get(key, run.run.get("settings", {}).get(key, MISSING))
+    return MISSING if found is None else found
+
+
+def _varies_within_a_family(runs: Sequence[StoredRun], key: str) -> bool:
+    families: dict[str, set[str]] = {}
+    for run in runs:
+        families.setdefault(_family(run), set()).add(repr(_value(run, key)))
+    return any(len(values) > 1 for values in families.values())
+
+
+def swept_keys(runs: Sequence[StoredRun]) -> list[str]:
+    """What the study varies within a system family: the swept overrides (and the test set), else the
+    one numeric setting that varies (e.g. ``model.max_triplets`` when each budget is its own system)."""
+    keys = list(dict.fromkeys(k for run in runs for k in overrides(run)))
+    keys = [k for k in keys if k.split("/")[0] not in SYSTEM_KEYS] + ["eval_data"]
+    found = [k for k in keys if _varies_within_a_family(runs, k)]
+    if found:
+        return found
+    numeric = {
+        k
+        for run in runs
+        for k, v in run.run.get("settings", {}).items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+    varying = sorted(k for k in numeric if _varies_within_a_family(runs, k))
+    return varying if len(varying) == 1 else []
+
+
+def study_rows(runs: Sequence[StoredRun]) -> tuple[list[Row], list[str]]:
+    """The rows of the runs table (evaluated runs only) and the swept keys their values are keyed by."""
+    runs = [r for r in runs if r.evaluated]
+    keys = swept_keys(runs)
+    rows = []
+    for run in runs:
+        m = run.metrics
+        markers = {(c["system"], c["metric"]): c["marker"] for c in m.get("significance", [])}
+        timing = m.get("settings", {}).get("ms_per_question", {})
+        for system in m["systems"]:
+            ref = system == m["reference"]
+            rows.append(
+                Row(
+                    run_id=run.run_id,
+                    system=system,
+                    reference=ref,
+                    family=_family(run) if ref else system,
+                    eval_data=str(run.run.get("eval_data", MISSING)),
+                    values={k: _value(run, k) for k in keys} if ref else {},
+                    overall={k: Interval(**v) for k, v in m["overall"][system].items() if isinstance(v, dict)},
+                    markers={metric: markers.get((system, metric), "") for metric in METRICS},
+                    num_parameters=run.run.get("num_parameters") if ref else None,
+                    ms_per_question=timing.get(system),
+                )
+            )
+    return rows, keys
+
+
+def _sort_key(value: Any) -> tuple:
+    """Missing first, then numbers by size, then text."""
+    if value == MISSING:
+        return (0, 0.0, "")
+    try:
+        return (1, float(value), "")
+    except (TypeError, ValueError):
+        return (2, 0.0, str(value))
+
+
+def paper_table(rows: Sequence[Row], keys: Sequence[str]) -> tuple[list[tuple], list[str], dict]:
+    """(row keys sorted, families sorted, {(row key, family): Row}) of the trained systems; a later run
+    of the same cell replaces an earlier one (runs are read in folder order)."""
+    refs = [r for r in rows if r.reference]
+    families = sorted({r.family for r in refs})
+    cells = {(tuple(r.values.get(k, MISSING) for k in keys), r.family): r for r in refs}
+    row_keys = sorted({rk for rk, _ in cells}, key=lambda rk: [_sort_key(v) for v in rk])
+    return row_keys, families, cells
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
+
+
+def _params(n: int | None) -> str:
+    return MISSING if n is None else f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n:,}"
+
+
+def _md_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def format_study_markdown(runs: Sequence[StoredRun], title: str) -> str:
+    """The study report: paper tables (one per metric), the runs table, and the notes a reader needs."""
+    rows, keys = study_rows(runs)
+    if not rows:
+        return f"# {title}\n\nNo evaluated runs.\n"
+    row_keys, families, cells = paper_table(rows, keys)
+    heads = [LABELS.get(k, k) for k in keys] or ["runs"]
+    lines = [f"# {title}", ""]
+    for metric in METRICS:
+        lines += [
+            f"## {_label(metric)}",
+            "",
+            _md_row(heads + families),
+            "|" + "---|" * len(heads) + "---:|" * len(families),
+        ]
+        for rk in row_keys:
+            values = [_fmt(v) for v in rk] or ["all"]
+            lines.append(_md_row(values + [_cell(_get(cells.get((rk, f)), metric), True) for f in families]))
+        lines.append("")
+
+    timed = any(r.ms_per_question is not None for r in rows)
+    head = ["Run", "System", *heads[: len(keys)], "Params", *(_label(m) for m in METRICS)] + (["ms/q"] if timed else [])
+    lines += [
+        "## All runs",
+        "",
+        _md_row(head),
+        "|---|---|" + "---|" * len(keys) + "---:|" * (len(head) - 2 - len(keys)),
+    ]
+    for r in rows:
+        name = f"{r.system} (ref)" if r.reference else r.system
+        values = [_fmt(r.values[k]) if r.reference else "" for k in keys]
+        scores = [_cell(r.overall.get(m), True) + r.markers[m].replace("*", "\\*") for m in METRICS]
+        timing = [MISSING if r.ms_per_question is None else f"{r.ms_per_question:.1f}"] if timed else []
+        lines.append(_md_row([r.run_id, name, *values, _params(r.num_parameters), *scores, *timing]))
+
+    evaluated = {}
+    for run in runs:
+        if run.evaluated:
+            evaluated.setdefault(str(run.run.get("eval_data", MISSING)), run.metrics["counts"]["evaluated"])
+    n_boot = {run.metrics.get("settings", {}).get("n_boot") for run in runs if run.evaluated}
+    lines += [
+        "",
+        f"{len(rows)} system rows from {len({r.run_id for r in rows})} evaluated runs; questions with gold passages "
+        f"per test set: {', '.join(f'{d} {n}' for d, n in evaluated.items())}. Values ×100; brackets: 95% "
+        f"bootstrap CI ({', '.join(str(n) for n in sorted(n_boot, key=str))} resamples).  ",
+        "Markers on a baseline row compare it with its run's trained system (ref) on the same questions "
+        "(paired bootstrap, Holm-Bonferroni, GLM-RAG App. H): \\*/\\*\\*/\\*\\*\\* = the trained system is "
+        "significantly better (p < .05/.01/.001), † = significantly worse. Runs are not tested against each other."
+        + ("  \nms/q: wall time of the evaluator's retrieve() per question, loading included." if timed else ""),
+    ]
+    if len(cells) < sum(1 for r in rows if r.reference):
+        lines.append("Some cells were run more than once: the paper tables show the last run (by folder name).")
+    return "\n".join(lines) + "\n"
+
+
+def _get(row: Row | None, metric: str) -> Interval | None:
+    return None if row is None else row.overall.get(metric)
+
+
+def _csv(header: Sequence[str], records: Sequence[Sequence[Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(
+        ["" if v is None or v == MISSING or (isinstance(v, float) and math.isnan(v)) else v for v in rec]
+        for rec in records
+    )
+    return out.getvalue()
+
+
+def runs_csv(runs: Sequence[StoredRun]) -> str:
+    """The runs table as CSV: one line per (run, system), means and CI bounds as fractions, markers apart."""
+    rows, keys = study_rows(runs)
+    header = ["run", "system", "reference", "family", "eval_data", *keys, "num_parameters", "ms_per_question"]
+    header += [f"{m}_{part}" for m in METRICS for part in ("mean", "low", "high", "marker")]
+    records = []
+    for r in rows:
+        rec = [r.run_id, r.system, r.reference, r.family, r.eval_data, *(r.values.get(k, "") for k in keys)]
+        rec += [r.num_parameters, r.ms_per_question]
+        for m in METRICS:
+            iv = r.overall.get(m)
+            rec += [iv.mean, iv.low, iv.high] if iv else [None] * 3
+            rec.append(r.markers[m])
+        records.append(rec)
+    return _csv(header, records)
+
+
+def paper_csv(runs: Sequence[StoredRun]) -> str:
+    """The paper tables as CSV, long form: one line per (swept values, family, metric)."""
+    rows, keys = study_rows(runs)
+    row_keys, families, cells = paper_table(rows, keys)
+    records = []
+    for rk in row_keys:
+        for family in families:
+            row = cells.get((rk, family))
+            for m in METRICS:
+                iv = _get(row, m)
+                if iv is not None:
+                    records.append([*rk, family, m, iv.mean, iv.low, iv.high, row.run_id])
+    return _csv([*keys, "family", "metric", "mean", "low", "high", "run"], records)
