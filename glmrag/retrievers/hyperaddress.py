@@ -1,0 +1,306 @@
+"""HyperAddress (Read the Route, §4): Personalized PageRank on the description-labelled hypergraph.
+
+The walk (§4.2: "the walk alternates between passages and entity hyperedges")
+is a Markov chain on the bipartite graph of passages ``P`` and entities ``E``
+whose edges are the incidences of :class:`~glmrag.graph.hypergraph.Hypergraph`
+with weights ``W[p, e]`` (``|e|^-1/2``, §4.1, times the steering factors of
+read incidences, §4.2):
+
+- passage -> entity: ``Pr(e | p) = W[p, e] / sum_e' W[p, e']``;
+- entity -> passage: ``Pr(p | e) = W[p, e] / sum_p' W[p', e]``.
+
+Personalized PageRank with damping ``alpha`` (the probability of following an
+edge) iterates ``x <- alpha (M^T x + (d . x) r) + (1 - alpha) r`` on the stacked
+vector ``x = [x_P; x_E]``; mass on a node without incidences (``d``) goes back
+to the restart distribution ``r``, as in ``networkx.pagerank``, which the tests
+compare against. Passages are ranked by their PageRank mass.
+
+**Restart from the question** (§4.1: "incidence labels let the initial restart
+match a question's description"). Each incidence scores the best cosine
+between the question and its descriptions (MiniLM here; the paper encodes with
+NV-Embed-v2, App. A). The ``restart_top`` best incidences share the restart by
+a softmax of ``cosine / temperature``; an incidence's share goes to its passage
+(fraction ``passage_share``) and to its entity (the rest), so the walk starts
+both from the passage that states the description and from the hyperedge it
+describes.
+
+**Steering** by a reader's addressing heads (§4.2) is
+:class:`~glmrag.retrievers.steering.Steering`, given as ``steering``; without
+it the retriever is the walk-only variant.
+
+**Constants.** App. A selects the constants on MuSiQue development questions
+(Table 6), but the text copy of the paper (``/work/shared/papers/002_*``) does
+not list Table 6's values. Defaults here are therefore stated choices, not the
+paper's: ``damping`` 0.5 (HippoRAG's, as the PPR baseline), ``restart_top`` 20,
+``temperature`` 0.1, ``passage_share`` 0.5. Every one is a constructor
+argument and a key of ``configs/retriever/hyperaddress.yaml``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from glmrag.data.types import Corpus, Question
+from glmrag.graph.hypergraph import Describer, Hypergraph, SentenceDescriber
+from glmrag.index.embed import DEFAULT_MODEL, Embedder
+from glmrag.index.kg import KGIndex
+from glmrag.retrievers.base import Ranking
+from glmrag.retrievers.entity_ranking import make_rankings, top_k_stable
+from glmrag.retrievers.ppr import iterations_for
+from glmrag.retrievers.steering import Steering
+
+log = logging.getLogger(__name__)
+
+DAMPING = 0.5
+"""Probability of following an edge; HippoRAG's value (the paper's Table 6 value is not in the text copy)."""
+RESTART_TOP = 20
+"""Incidences that share the question's restart (a stated choice, see the module docstring)."""
+TEMPERATURE = 0.1
+"""Softmax temperature over the restart incidences' cosines (a stated choice)."""
+PASSAGE_SHARE = 0.5
+"""Fraction of an incidence's restart mass put on its passage; the rest goes to its entity (a stated choice)."""
+
+
+@dataclass(frozen=True)
+class HyperWalk:
+    """The transition of one walk on the hypergraph: both directions, transposed for ``M^T x`` products."""
+
+    to_entities: sp.csr_matrix
+    """(E, P) ``Pr(e | p)`` transposed: column ``p`` sums to 1 unless ``p`` is dangling."""
+    to_passages: sp.csr_matrix
+    """(P, E) ``Pr(p | e)`` transposed: column ``e`` sums to 1 unless ``e`` is dangling."""
+    dangling_passages: np.ndarray
+    """(P,) bool, passages without an incidence of positive weight."""
+    dangling_entities: np.ndarray
+    """(E,) bool, entities without an incidence of positive weight."""
+
+
+def hyper_walk(graph: Hypergraph, weights: np.ndarray | None = None) -> HyperWalk:
+    """The walk with incidence weights ``weights`` (I,) (default ``|e|^-1/2``); zero weights remove an incidence."""
+    h = graph.incidence_matrix(weights)  # (P, E)
+    out_p = np.asarray(h.sum(axis=1)).ravel()  # (P,)
+    out_e = np.asarray(h.sum(axis=0)).ravel()  # (E,)
+    inv_p = np.divide(1.0, out_p, out=np.zeros_like(out_p), where=out_p > 0)
+    inv_e = np.divide(1.0, out_e, out=np.zeros_like(out_e), where=out_e > 0)
+    to_entities = (sp.diags(inv_p) @ h).T.tocsr()  # (E, P)
+    to_passages = (h @ sp.diags(inv_e)).tocsr()  # (P, E)
+    return HyperWalk(to_entities, to_passages, out_p <= 0, out_e <= 0)
+
+
+def hypergraph_pagerank(
+    walk: HyperWalk,
+    restart_passages: np.ndarray,
+    restart_entities: np.ndarray,
+    damping: float = DAMPING,
+    tol: float = 1e-6,
+    dtype=np.float64,
+) -> tuple[np.ndarray, np.ndarray]:
+    """PageRank of the alternating walk for every restart column, within ``tol`` (L1) of the fixed point.
+
+    Each column of ``[restart_passages; restart_entities]`` must sum to 1. The
+    iteration is a contraction of rate ``damping`` in L1, so
+    :func:`~glmrag.retrievers.ppr.iterations_for` iterations suffice.
+
+    Shapes: ``restart_passages`` (P, B), ``restart_entities`` (E, B) -> (P, B), (E, B), columns summing to 1 together.
+    """
+    r_p = np.ascontiguousarray(restart_passages, dtype=dtype)
+    r_e = np.ascontiguousarray(restart_entities, dtype=dtype)
+    to_e, to_p = walk.to_entities.astype(dtype), walk.to_passages.astype(dtype)
+    d_p, d_e = walk.dangling_passages.astype(dtype), walk.dangling_entities.astype(dtype)
+    x_p, x_e = r_p.copy(), r_e.copy()
+    for _ in range(iterations_for(damping, tol)):
+        leaked = d_p @ x_p + d_e @ x_e  # (B,) mass on dangling nodes, sent back to the restart
+        back = (1.0 - damping) + damping * leaked  # (B,)
+        x_p, x_e = damping * (to_p @ x_e) + back * r_p, damping * (to_e @ x_p) + back * r_e
+    return x_p, x_e
+
+
+class LabelEmbeddings:
+    """Embeddings of incidence descriptions, computed once per distinct text (so added passages cost only theirs).
+
+    ``cache_dir``: the matrix is also stored as ``labels-<model>-<hash of the texts>.npz``.
+    """
+
+    def __init__(self, encoder, model_name: str = "", cache_dir: str | Path | None = None) -> None:
+        self.encoder, self.model_name = encoder, model_name
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.row: dict[str, int] = {}
+        self.matrix = np.zeros((0, 0), dtype=np.float32)
+
+    def _path(self, texts: list[str]) -> Path | None:
+        if self.cache_dir is None:
+            return None
+        h = hashlib.sha256(self.model_name.encode())
+        for t in texts:
+            h.update(t.encode() + b"\0")
+        return self.cache_dir / f"labels-{h.hexdigest()[:16]}.npz"
+
+    def rows(self, texts: Sequence[str]) -> np.ndarray:
+        """(N,) int64 rows of ``texts`` in :attr:`matrix`, embedding the texts not seen before."""
+        new = list(dict.fromkeys(t for t in texts if t not in self.row))
+        if new:
+            path = self._path(new)
+            if path is not None and path.exists():
+                vectors = np.load(path)["matrix"]
+            else:
+                vectors = np.asarray(self.encoder.encode(new), dtype=np.float32)  # (N_new, d) unit rows
+                if path is not None:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    np.savez(path, matrix=vectors)
+            self.matrix = vectors if self.matrix.size == 0 else np.concatenate([self.matrix, vectors])
+            self.row.update({t: len(self.row) + i for i, t in enumerate(new)})
+        return np.asarray([self.row[t] for t in texts], dtype=np.int64)
+
+
+@dataclass
+class HyperIndex:
+    """What one corpus's walk needs: the hypergraph, its base walk and where each description is embedded."""
+
+    graph: Hypergraph
+    walk: HyperWalk
+    description_row: np.ndarray
+    """(D,) row in the label embeddings of every description, incidence by incidence."""
+    description_ptr: np.ndarray
+    """(I + 1,) incidence ``i``'s descriptions are ``description_row[ptr[i]:ptr[i + 1]]``."""
+
+
+class HyperAddressRetriever:
+    """HyperAddress: PPR on the hypergraph from the question, walk only or steered by a reader.
+
+    The hypergraph is built from the index's passage<->entity map and the
+    corpus texts on first use (kept for the last index seen). Without
+    ``steering`` this is "the walk without reading" (§5.3); with a
+    :class:`~glmrag.retrievers.steering.Steering` its rounds follow (§4.2).
+    """
+
+    name = "hyperaddress"
+
+    def __init__(
+        self,
+        embed_model: str = DEFAULT_MODEL,
+        damping: float = DAMPING,
+        restart_top: int = RESTART_TOP,
+        temperature: float = TEMPERATURE,
+        passage_share: float = PASSAGE_SHARE,
+        max_descriptions: int = 1,
+        top_entities: int = 100,
+        tol: float = 1e-6,
+        cache_dir: str | Path | None = None,
+        describer: Describer | None = None,
+        batch_size: int = 256,
+        encoder=None,
+        steering: Steering | None = None,
+    ) -> None:
+        if not 0.0 <= damping < 1.0:
+            raise ValueError(f"damping={damping} must be in [0, 1)")
+        if restart_top < 1 or temperature <= 0 or not 0.0 <= passage_share <= 1.0:
+            raise ValueError(
+                f"restart_top={restart_top} (>= 1), temperature={temperature} (> 0) and "
+                f"passage_share={passage_share} (in [0, 1]) are out of range"
+            )
+        self.damping, self.restart_top, self.temperature = damping, restart_top, temperature
+        self.passage_share, self.top_entities, self.tol, self.batch_size = passage_share, top_entities, tol, batch_size
+        self.describer = describer or SentenceDescriber(max_descriptions)
+        # any object with encode(texts) -> (N, d) unit rows may stand in for the MiniLM embedder (tests)
+        self.embedder = encoder if encoder is not None else Embedder(embed_model, batch_size=batch_size)
+        self.labels = LabelEmbeddings(self.embedder, embed_model, cache_dir)
+        self.steering = steering
+        self._cache: tuple[KGIndex, HyperIndex] | None = None
+
+    def index_graph(self, graph: Hypergraph) -> HyperIndex:
+        """Embed ``graph``'s descriptions (new ones only) and build its base walk."""
+        counts = np.fromiter((len(d) for d in graph.labels), dtype=np.int64, count=graph.num_incidences)
+        ptr = np.concatenate([[0], np.cumsum(counts)])
+        rows = self.labels.rows([t for d in graph.labels for t in d])
+        return HyperIndex(graph, hyper_walk(graph), rows, ptr)
+
+    def prepare(self, index: KGIndex, corpus: Corpus) -> HyperIndex:
+        """The hypergraph of ``index`` and ``corpus``, built on first use and kept while the same index is passed."""
+        if self._cache is None or self._cache[0] is not index:
+            graph = Hypergraph.from_index(index, corpus, self.describer)
+            log.info("hypergraph: %d passages, %d incidences", graph.num_passages, graph.num_incidences)
+            self._cache = (index, self.index_graph(graph))
+        return self._cache[1]
+
+    def incidence_similarity(self, hyper: HyperIndex, queries: np.ndarray) -> np.ndarray:
+        """Best cosine between each query and each incidence's descriptions. Shapes: (B, d) -> (B, I)."""
+        sims = queries @ self.labels.matrix.T  # (B, U)
+        per_description = sims[:, hyper.description_row]  # (B, D)
+        return np.maximum.reduceat(per_description, hyper.description_ptr[:-1], axis=1)  # (B, I)
+
+    def restart(self, hyper: HyperIndex, similarity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Restart distributions from incidence similarities (module docstring).
+
+        Shapes: ``similarity`` (B, I) -> passages (P, B), entities (E, B) float64; each column pair sums to 1.
+        """
+        graph = hyper.graph
+        b = len(similarity)
+        top, values = top_k_stable(similarity, self.restart_top)  # (B, k)
+        values = values.astype(np.float64)
+        weights = np.exp((values - values[:, :1]) / self.temperature)  # (B, k) stable softmax
+        weights /= weights.sum(axis=1, keepdims=True)
+        cols = np.repeat(np.arange(b), top.shape[1])
+        r_p = sp.coo_matrix(
+            (self.passage_share * weights.ravel(), (graph.incidence_passage[top.ravel()], cols)),
+            shape=(graph.num_passages, b),
+        ).toarray()  # duplicates summed
+        r_e = sp.coo_matrix(
+            ((1.0 - self.passage_share) * weights.ravel(), (graph.incidence_entity[top.ravel()], cols)),
+            shape=(graph.num_entities, b),
+        ).toarray()
+        return r_p, r_e
+
+    def restart_for(self, hyper: HyperIndex, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Description restarts of question texts. Shapes: -> passages (P, B), entities (E, B)."""
+        queries = self.embedder.encode(list(texts))  # (B, d)
+        return self.restart(hyper, self.incidence_similarity(hyper, queries))
+
+    def pagerank(
+        self, graph: Hypergraph, weights: np.ndarray, r_p: np.ndarray, r_e: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One question's PageRank with incidence weights ``weights``. Shapes: (I,), (P,), (E,) -> (P,), (E,)."""
+        x_p, x_e = hypergraph_pagerank(hyper_walk(graph, weights), r_p[:, None], r_e[:, None], self.damping, self.tol)
+        return x_p[:, 0], x_e[:, 0]
+
+    def scores(
+        self, questions: Sequence[Question], hyper: HyperIndex, corpus: Corpus | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """PageRank of passages and entities, walk only or steered (then ``corpus`` is needed).
+
+        Shapes: -> (B, P), (B, E).
+        """
+        r_p, r_e = self.restart_for(hyper, [q.question for q in questions])
+        x_p, x_e = hypergraph_pagerank(hyper.walk, r_p, r_e, self.damping, self.tol)
+        x_p, x_e = x_p.T.copy(), x_e.T.copy()
+        if self.steering is not None and self.steering.rounds > 0:
+            ids = hyper.graph.passage_ids
+
+            def passage(p: int):
+                return corpus[corpus.position(ids[p])]
+
+            for b, q in enumerate(questions):
+                x_p[b], x_e[b] = self.steering.steer(
+                    self, hyper, passage, q.id, q.question, (r_p[:, b], r_e[:, b]), (x_p[b], x_e[b])
+                )
+        return x_p, x_e
+
+    def retrieve(self, questions: Sequence[Question], index: KGIndex, corpus: Corpus, top_k: int = 10) -> list[Ranking]:
+        """Passages ranked by PageRank mass (ties in index order), and the top entities by theirs."""
+        hyper = self.prepare(index, corpus)
+        rankings: list[Ranking] = []
+        for start in range(0, len(questions), self.batch_size):
+            batch = questions[start : start + self.batch_size]
+            x_p, x_e = self.scores(batch, hyper, corpus)
+            positions, values = top_k_stable(x_p, top_k)
+            entities, entity_values = top_k_stable(x_e, self.top_entities)
+            rankings += make_rankings(
+                [q.id for q in batch], hyper.graph.passage_ids, positions, values, entities, entity_values
+            )
+        return rankings

@@ -1,0 +1,195 @@
+"""Attention steering of the HyperAddress walk (Read the Route §4.2, App. A).
+
+Per round, "the reader processes top-ranked passages and the question in one
+forward pass ... without generating tokens" (§4, §4.2), and the addressing
+heads' pointer scores (:mod:`glmrag.retrievers.reader_pointers`)
+
+- **set the restart**: the read entities' pointer scores, normalised, form a
+  restart term of weight ``pointer_weight``, added to the question's
+  description restart (weight 1);
+- **reweight read incidences in both directions** (§4.2): the weight of every
+  incidence ``(p, e)`` of a read passage becomes ``|e|^-1/2 (1 + gain * s_e)``,
+  ``s_e`` the entity's pointer score over the best read entity's (0 for an
+  entity the heads cannot point at); the walk's two transitions are normalised
+  from these weights, so both passage -> entity and entity -> passage moves
+  follow them. A later round overwrites the factors of the incidences it reads.
+
+**Rewriting** between rounds (§4.2, App. A): "a question span is replaced with
+the name of the entity most likely described, when span-label cosine
+similarity is at least 0.7"; the candidates are the ``rewrite_candidates`` read
+entities with the highest pointer scores not already named in the question,
+the spans every run of 1 to ``max_span`` question words, the labels those of
+the candidate's read incidences. "The rewritten question's restart, weighted 2,
+is added to restarts from earlier question versions" (App. A), and the next
+round reads the rewritten question.
+
+Variants (§5.3, Fig. 4): ``rounds`` 0 is the walk only, 1 one reader pass
+(no rewriting), 2 two rounds with one rewrite.
+
+**Constants** not in the text copy of the paper (Table 6 values): ``read_top``
+5, ``pointer_weight`` 1, ``transition_gain`` 2, ``max_span`` 4,
+``rewrite_candidates`` 3 are stated choices. From the paper: 8 addressing
+heads (§3), threshold 0.7 and restart weight 2 (App. A).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from glmrag.data.types import Passage
+from glmrag.graph.hypergraph import mention_spans
+from glmrag.retrievers.addressing_heads import NUM_HEADS, NUM_PROBES, select_heads
+from glmrag.retrievers.entity_ranking import top_k_stable
+from glmrag.retrievers.reader_pointers import ReadContext, Reader, build_context, entity_pointer, pointer_scores
+
+log = logging.getLogger(__name__)
+
+REWRITE_THRESHOLD = 0.7
+"""Span-label cosine needed to rewrite (App. A)."""
+REWRITE_WEIGHT = 2.0
+"""Restart weight of a rewritten question (App. A)."""
+_WORD = re.compile(r"\S+")
+
+
+class Steering:
+    """The reader-driven part of HyperAddress, given to a ``HyperAddressRetriever``.
+
+    ``reader`` is passed in (e.g. ``Reader.from_llm`` of the local LLM backend).
+    ``heads`` fixes the addressing heads; otherwise they are selected on
+    ``probes`` unlabeled probes from the corpus on first use and cached in
+    ``cache_dir`` per reader model (:mod:`glmrag.retrievers.addressing_heads`).
+    """
+
+    def __init__(
+        self,
+        reader: Reader,
+        rounds: int = 2,
+        read_top: int = 5,
+        num_heads: int = NUM_HEADS,
+        probes: int = NUM_PROBES,
+        probe_passages: int = 4,
+        heads: Sequence[Sequence[int]] | None = None,
+        pointer_weight: float = 1.0,
+        transition_gain: float = 2.0,
+        rewrite: bool = True,
+        rewrite_threshold: float = REWRITE_THRESHOLD,
+        rewrite_weight: float = REWRITE_WEIGHT,
+        max_span: int = 4,
+        rewrite_candidates: int = 3,
+        cache_dir: str | Path | None = None,
+        seed: int = 0,
+    ) -> None:
+        if rounds < 0 or read_top < 1 or num_heads < 1 or transition_gain < 0 or pointer_weight < 0:
+            raise ValueError(
+                f"rounds={rounds} (>= 0), read_top={read_top} (>= 1), num_heads={num_heads} (>= 1), "
+                f"transition_gain={transition_gain} and pointer_weight={pointer_weight} (>= 0) are out of range"
+            )
+        self.reader, self.rounds, self.read_top = reader, rounds, read_top
+        self.num_heads, self.probes, self.probe_passages, self.seed = num_heads, probes, probe_passages, seed
+        self.heads = [tuple(int(x) for x in h) for h in heads] if heads is not None else None
+        self.pointer_weight, self.transition_gain = pointer_weight, transition_gain
+        self.rewrite, self.rewrite_threshold, self.rewrite_weight = rewrite, rewrite_threshold, rewrite_weight
+        self.max_span, self.rewrite_candidates = max_span, rewrite_candidates
+        self.cache_dir = cache_dir
+        self.rewrites: dict[str, list[str]] = {}
+        """Question id -> the question versions read, for inspection."""
+
+    def addressing_heads(self, graph, passage: Callable[[int], Passage]) -> list[tuple[int, int]]:
+        if self.heads is None:
+            selection = select_heads(
+                self.reader, graph, passage, self.num_heads, self.probes, self.probe_passages, self.seed, self.cache_dir
+            )
+            self.heads = selection.heads
+        return self.heads
+
+    def read(self, graph, passage: Callable[[int], Passage], positions: Sequence[int], question: str) -> ReadContext:
+        """The reader input of ``positions`` (best first) and ``question``."""
+        blocks = []
+        for p in positions:
+            ids = graph.incidence_entity[list(graph.incidences_of(p))]
+            entities = [(int(e), graph.entities[e]) for e in ids]
+            blocks.append((int(p), passage(int(p)), entities))
+        return build_context(self.reader, blocks, question)
+
+    def rewritten(self, retriever, graph, context: ReadContext, scores: np.ndarray, question: str) -> str | None:
+        """The question with one span replaced by the entity it most likely describes, or None (App. A)."""
+        order = np.argsort(-scores, kind="stable")
+        unnamed = [c for c in order if not mention_spans(question, graph.entities[context.candidates[c]])]
+        chosen = [context.candidates[c] for c in unnamed[: self.rewrite_candidates] if scores[c] > 0]
+        words = [m.span() for m in _WORD.finditer(question)]
+        ends = [range(i, min(i + self.max_span, len(words))) for i in range(len(words))]
+        spans = [(words[i][0], words[j][1]) for i in range(len(words)) for j in ends[i]]
+        if not chosen or not spans:
+            return None
+        read = set(context.passages)
+        label_texts, label_entity = [], []
+        for i in np.flatnonzero(np.isin(graph.incidence_entity, chosen)):
+            if int(graph.incidence_passage[i]) in read:
+                label_texts += graph.labels[i]
+                label_entity += [int(graph.incidence_entity[i])] * len(graph.labels[i])
+        if not label_texts:
+            return None
+        labels = retriever.labels.matrix[retriever.labels.rows(label_texts)]  # (N, d)
+        span_vectors = retriever.embedder.encode([question[a:b].strip("?.,!;:") for a, b in spans])  # (S, d)
+        cosine = span_vectors @ labels.T  # (S, N)
+        s, n = np.unravel_index(int(np.argmax(cosine)), cosine.shape)
+        if cosine[s, n] < self.rewrite_threshold:
+            return None
+        a, b = spans[s]
+        return question[:a] + context.surface[label_entity[n]] + question[b:]
+
+    def steer(
+        self,
+        retriever,
+        hyper,
+        passage: Callable[[int], Passage],
+        question_id: str,
+        question: str,
+        restart: tuple[np.ndarray, np.ndarray],
+        walk: tuple[np.ndarray, np.ndarray],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Run the rounds for one question from its walk-only ranking; returns the steered (P,), (E,) PageRank.
+
+        ``retriever`` provides ``restart_for``, ``pagerank``, ``labels`` and ``embedder``
+        (:class:`~glmrag.retrievers.hyperaddress.HyperAddressRetriever`); ``restart`` is the
+        question's description restart and ``walk`` its walk-only PageRank, each as passages (P,) and entities (E,).
+        """
+        graph = hyper.graph
+        heads = self.addressing_heads(graph, passage)
+        base = graph.incidence_weights()
+        factor = np.ones_like(base)
+        terms = [(1.0, restart[0], restart[1])]
+        versions = [question]
+        x_p, x_e = walk
+        for k in range(self.rounds):
+            top, _ = top_k_stable(x_p[None], self.read_top)
+            context = self.read(graph, passage, top[0], versions[-1])
+            scores = np.zeros(0)
+            if context.candidates:
+                scores = entity_pointer(pointer_scores(self.reader, context, heads))  # (C,)
+                candidates = np.asarray(context.candidates)
+                if scores.sum() > 0:
+                    r_e = np.zeros(graph.num_entities)
+                    r_e[candidates] = scores / scores.sum()
+                    terms.append((self.pointer_weight, np.zeros(graph.num_passages), r_e))
+                    pointed = np.zeros(graph.num_entities)
+                    pointed[candidates] = scores / scores.max()
+                    read = np.concatenate([np.asarray(graph.incidences_of(p), int) for p in context.passages])
+                    factor[read] = 1.0 + self.transition_gain * pointed[graph.incidence_entity[read]]
+            if self.rewrite and k < self.rounds - 1 and scores.size:
+                new = self.rewritten(retriever, graph, context, scores, versions[-1])
+                if new is not None:
+                    versions.append(new)
+                    r_p, r_e = retriever.restart_for(hyper, [new])
+                    terms.append((self.rewrite_weight, r_p[:, 0], r_e[:, 0]))
+            total = sum(w for w, _, _ in terms)
+            r_p = sum(w * p for w, p, _ in terms) / total
+            r_e = sum(w * e for w, _, e in terms) / total
+            x_p, x_e = retriever.pagerank(graph, base * factor, r_p, r_e)
+        self.rewrites[question_id] = versions
+        return x_p, x_e

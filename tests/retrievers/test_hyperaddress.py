@@ -1,0 +1,165 @@
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from glmrag.data.types import Corpus, Passage, Question
+from glmrag.graph.hypergraph import Hypergraph, SentenceDescriber
+from glmrag.retrievers.base import Retriever
+from glmrag.retrievers.hyperaddress import HyperAddressRetriever, hyper_walk, hypergraph_pagerank
+
+
+class NamesDescriber:
+    """Labels an incidence with the entity name itself (so a question can match one exactly)."""
+
+    name = "names"
+
+    def describe(self, passage, entities):
+        return [(e, f"{passage.title} {e}") for e in entities]
+
+
+def random_hypergraph(seed: int, passages: int = 30, entities: int = 40) -> Hypergraph:
+    rng = np.random.default_rng(seed)
+    graph = Hypergraph([f"e{i}" for i in range(entities)])  # some entities end up in no passage: dangling
+    popularity = rng.pareto(1.0, entities) + 0.1  # hubs
+    mentions = []
+    for j in range(passages):
+        k = 0 if j % 11 == 3 else int(rng.integers(1, 6))  # some passages mention nothing: dangling
+        mentions.append([f"e{i}" for i in rng.choice(entities, k, replace=False, p=popularity / popularity.sum())])
+    graph.add_passages([Passage.make(f"t{j}", f"text {j}.") for j in range(passages)], mentions, NamesDescriber())
+    return graph
+
+
+def reference_pagerank(graph, weights, r_p, r_e, damping):
+    g = nx.DiGraph()
+    g.add_nodes_from([("p", p) for p in range(graph.num_passages)] + [("e", e) for e in range(graph.num_entities)])
+    for p, e, w in zip(graph.incidence_passage, graph.incidence_entity, weights, strict=True):
+        if w > 0:
+            g.add_edge(("p", int(p)), ("e", int(e)), weight=w)
+            g.add_edge(("e", int(e)), ("p", int(p)), weight=w)
+    personalization = {("p", p): r_p[p] for p in range(graph.num_passages)}
+    personalization |= {("e", e): r_e[e] for e in range(graph.num_entities)}
+    ref = nx.pagerank(g, alpha=damping, personalization=personalization, weight="weight", tol=1e-15, max_iter=10000)
+    return (
+        np.array([ref[("p", p)] for p in range(graph.num_passages)]),
+        np.array([ref[("e", e)] for e in range(graph.num_entities)]),
+    )
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("steered", [False, True])
+def test_walk_matches_networkx_pagerank(seed, steered):
+    graph = random_hypergraph(seed)
+    rng = np.random.default_rng(100 + seed)
+    weights = graph.incidence_weights()
+    if steered:  # read incidences reweighted, some removed
+        weights = weights * rng.choice([0.0, 1.0, 1.0, 3.0], len(weights))
+    walk = hyper_walk(graph, weights)
+    assert walk.dangling_passages.any() and walk.dangling_entities.any()
+    restarts = []
+    for b in range(3):
+        r_p = rng.random(graph.num_passages) * (rng.random(graph.num_passages) < 0.2)
+        r_e = rng.random(graph.num_entities) * (rng.random(graph.num_entities) < 0.2)
+        r_p[np.flatnonzero(walk.dangling_passages)[0]] += b  # restart on a dangling passage too
+        total = r_p.sum() + r_e.sum()
+        restarts.append((r_p / total, r_e / total))
+    r_p = np.stack([r[0] for r in restarts], axis=1)  # (P, B)
+    r_e = np.stack([r[1] for r in restarts], axis=1)  # (E, B)
+    for damping in (0.5, 0.85):
+        x_p, x_e = hypergraph_pagerank(walk, r_p, r_e, damping, tol=1e-13)
+        for b in range(r_p.shape[1]):
+            ref_p, ref_e = reference_pagerank(graph, weights, r_p[:, b], r_e[:, b], damping)
+            assert np.abs(x_p[:, b] - ref_p).max() < 1e-8 and np.abs(x_e[:, b] - ref_e).max() < 1e-8
+            assert x_p[:, b].sum() + x_e[:, b].sum() == pytest.approx(1.0, abs=1e-12)
+
+
+def test_walk_hand_computed_transitions():
+    # p0 {a}, p1 {a, b}, p2 {b}: |a| = |b| = 2, so weights are all 2^-1/2 and the walk is uniform
+    graph = Hypergraph()
+    graph.add_passages([Passage.make(t, t + ".") for t in "xyz"], [["a"], ["a", "b"], ["b"]], SentenceDescriber())
+    walk = hyper_walk(graph)
+    assert walk.to_entities.toarray().tolist() == [[1.0, 0.5, 0.0], [0.0, 0.5, 1.0]]
+    assert walk.to_passages.toarray().tolist() == [[0.5, 0.0], [0.5, 0.5], [0.0, 0.5]]
+    # restart on p0 with damping 1/2: x_p = 1/2 r + 1/2 T_pe x_e, x_e = 1/2 T_ep x_p; solved by hand
+    x_p, x_e = hypergraph_pagerank(walk, np.array([[1.0], [0], [0]]), np.zeros((2, 1)), 0.5, tol=1e-14)
+    a = np.array(
+        [
+            [1, 0, 0, -0.25, 0],
+            [0, 1, 0, -0.25, -0.25],
+            [0, 0, 1, 0, -0.25],
+            [-0.5, -0.25, 0, 1, 0],
+            [0, -0.25, -0.5, 0, 1],
+        ]
+    )
+    exact = np.linalg.solve(a, [0.5, 0, 0, 0, 0])
+    assert np.allclose(np.concatenate([x_p[:, 0], x_e[:, 0]]), exact, atol=1e-12)
+
+
+def test_restart_follows_description_similarity(hash_encoder):
+    graph = Hypergraph()
+    passages = [Passage.make(f"t{j}", f"text {j}.") for j in range(4)]
+    graph.add_passages(passages, [["alpha"], ["alpha", "beta"], ["gamma"], []], NamesDescriber())
+    retriever = HyperAddressRetriever(encoder=hash_encoder, restart_top=2, temperature=0.1, passage_share=0.25)
+    hyper = retriever.index_graph(graph)
+    queries = hash_encoder.encode(["beta", "t2 gamma"])
+    sims = retriever.incidence_similarity(hyper, queries)  # (B, I), incidences: (0,a) (1,a) (1,b) (2,g)
+    assert sims.shape == (2, 4)
+    assert sims[0, 2] == pytest.approx(1.0) and sims[1, 3] == pytest.approx(1.0)  # max over an incidence's labels
+    r_p, r_e = retriever.restart(hyper, sims)
+    assert (r_p.sum(axis=0) + r_e.sum(axis=0)) == pytest.approx([1.0, 1.0])
+    top2 = np.argsort(-sims[0])[:2]
+    w = np.exp((sims[0, top2] - sims[0, top2[0]]) / 0.1)
+    w /= w.sum()
+    assert r_e[1, 0] == pytest.approx(0.75 * w[0])  # beta: its incidence is the best match
+    assert r_p[1, 0] == pytest.approx(0.25 * sum(w[i] for i, t in enumerate(top2) if graph.incidence_passage[t] == 1))
+    assert r_p[3].tolist() == [0.0, 0.0]  # a passage without incidences gets no restart
+
+
+def test_retrieve_finds_the_passage_that_states_the_description():
+    corpus = Corpus(
+        [
+            Passage.make("Journal X", "The Journal X is published by the American Psychological Society."),
+            Passage.make("American Psychological Society", "Its first president was Ann Lee, a psychologist."),
+            Passage.make("Ann Lee", "Ann Lee was born in Boston in 1901."),
+            Passage.make("Boston", "Boston is the capital of Massachusetts."),
+            Passage.make("Volcano", "Mount Etna is an active volcano on Sicily."),
+        ]
+    )
+    mentions = [
+        ["journal x", "american psychological society"],
+        ["american psychological society", "ann lee"],
+        ["ann lee", "boston"],
+        ["boston", "massachusetts"],
+        ["mount etna", "sicily"],
+    ]
+    from glmrag.index.synthetic import build_kg
+
+    names = list(dict.fromkeys(m for ms in mentions for m in ms))
+    index = build_kg([], len(names), [[names.index(m) for m in ms] for ms in mentions], passage_ids=corpus.ids)
+    index.entities[:] = names
+    retriever = HyperAddressRetriever()
+    question = Question("q", "Where was the first president of the publisher of Journal X born?", ("Boston",), ())
+    (ranking,) = retriever.retrieve([question], index, corpus, top_k=5)
+    assert isinstance(retriever, Retriever) and retriever.name == "hyperaddress"
+    assert set(ranking.passage_ids[:2]) == {corpus[0].id, corpus[1].id}
+    assert ranking.passage_ids[-1] == corpus[4].id  # unconnected and unrelated: last
+    assert ranking.passage_scores == sorted(ranking.passage_scores, reverse=True)
+    assert ranking.entity_ids[0] in {0, 1, 2}
+
+
+def test_config_builds_the_retriever(tmp_path, monkeypatch):
+    from hydra import compose, initialize_config_dir
+
+    from glmrag.pipeline import make_retrievers
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("GLMRAG_CACHE_DIR", str(tmp_path))
+    with initialize_config_dir(config_dir=str(root / "configs"), version_base="1.3"):
+        cfg = compose(config_name="eval", overrides=["retriever=[hyperaddress,ppr,dense]", "output_dir=unused"])
+    retrievers = make_retrievers(cfg.retriever)
+    assert list(retrievers) == ["hyperaddress", "ppr", "dense"]
+    hyper = retrievers["hyperaddress"]
+    assert isinstance(hyper, HyperAddressRetriever)
+    assert (hyper.damping, hyper.restart_top, hyper.temperature, hyper.passage_share) == (0.5, 20, 0.1, 0.5)
+    assert hyper.labels.cache_dir == tmp_path / "embeddings"

@@ -1,0 +1,207 @@
+"""Steering of the HyperAddress walk by a reader: a tiny random Llama reading with the offline MiniLM tokenizer."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from glmrag.data.types import Corpus, Passage, Question
+from glmrag.graph.hypergraph import Hypergraph
+from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
+from glmrag.index.synthetic import build_kg
+from glmrag.retrievers import addressing_heads
+from glmrag.retrievers.addressing_heads import make_probes, select_heads
+from glmrag.retrievers.hyperaddress import HyperAddressRetriever
+from glmrag.retrievers.reader_pointers import Reader, build_context, entity_pointer, pointer_scores
+from glmrag.retrievers.steering import Steering
+
+CORPUS = Corpus(
+    [
+        Passage.make("Journal X", "The Journal X is published by the Psychological Society."),
+        Passage.make("Psychological Society", "Its first president was Ann Lee, a psychologist."),
+        Passage.make("Ann Lee", "Ann Lee was born in Boston in 1901."),
+        Passage.make("Boston", "Boston is the capital of Massachusetts."),
+        Passage.make("Volcano", "Mount Etna is an active volcano on Sicily, near Boston."),
+    ]
+)
+MENTIONS = [
+    ["journal x", "psychological society"],
+    ["psychological society", "ann lee"],
+    ["ann lee", "boston"],
+    ["boston", "massachusetts"],
+    ["mount etna", "sicily", "boston"],
+]
+NAMES = list(dict.fromkeys(m for ms in MENTIONS for m in ms))
+QUESTION = Question("q", "Where was the first president of the publisher of Journal X born?", ("Boston",), ())
+
+
+class FixedDescriber:
+    """Each entity described by a fixed phrase (``ann lee`` as "first president"), else by its name."""
+
+    name = "fixed"
+
+    def describe(self, passage, entities):
+        return [("first president",) if e == "ann lee" else (e,) for e in entities]
+
+
+@pytest.fixture(scope="module")
+def reader():
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(DEFAULT_MODEL))
+    config = LlamaConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
+    return Reader(LlamaForCausalLM(config).eval(), tokenizer, "tiny-llama-test")
+
+
+@pytest.fixture
+def index():
+    kg = build_kg([], len(NAMES), [[NAMES.index(m) for m in ms] for ms in MENTIONS], passage_ids=CORPUS.ids)
+    kg.entities[:] = NAMES
+    return kg
+
+
+def blocks(graph, positions):
+    return [
+        (
+            p,
+            CORPUS[p],
+            [(int(graph.incidence_entity[i]), NAMES[graph.incidence_entity[i]]) for i in graph.incidences_of(p)],
+        )
+        for p in positions
+    ]
+
+
+def test_context_maps_mentions_and_question_tokens(reader, index):
+    graph = Hypergraph.from_index(index, CORPUS)
+    context = build_context(reader, blocks(graph, [1, 2]), QUESTION.question)
+    ids = context.input_ids[0]
+    assert context.candidates == [NAMES.index(n) for n in ["psychological society", "ann lee", "boston"]]
+    assert context.surface[NAMES.index("ann lee")] == "Ann Lee"
+    for c, entity in enumerate(context.candidates):
+        tokens = ids[context.mentions[:, c] > 0]
+        text = reader.tokenizer.decode(tokens)
+        assert all(w in text for w in NAMES[entity].split())
+    ann = context.mentions[:, 1].nonzero().ravel().tolist()
+    assert len(ann) == 6  # "Ann Lee" three times: the text of passage 1, the title and the text of passage 2
+    question = reader.tokenizer.decode(ids[context.question_rows])
+    assert question == QUESTION.question.lower()
+    assert context.question_rows.max() == len(ids) - 2  # the last token is [SEP]
+
+
+def test_pointer_scores_against_eager_attentions(reader, index):
+    graph = Hypergraph.from_index(index, CORPUS)
+    context = build_context(reader, blocks(graph, [0, 1, 2]), QUESTION.question)
+    heads = [(0, 1), (1, 3)]
+    scores = pointer_scores(reader, context, heads)  # (2, R, C)
+    reader.model.set_attn_implementation("eager")
+    with torch.no_grad():
+        attentions = reader.model(context.input_ids, output_attentions=True).attentions
+    reader.model.set_attn_implementation("sdpa")
+    for k, (layer, head) in enumerate(heads):
+        rows = attentions[layer][0, head][context.question_rows]  # (R, S)
+        assert torch.allclose(scores[k], rows @ context.mentions, atol=1e-5)
+    assert entity_pointer(scores) == pytest.approx(scores.amax(dim=1).mean(dim=0).numpy(), abs=1e-7)
+
+
+def test_head_selection_on_probes_is_cached(reader, index, tmp_path, monkeypatch):
+    graph = Hypergraph.from_index(index, CORPUS)
+    probes = make_probes(graph, lambda p: CORPUS[p], probes=6, context_passages=3, seed=0)
+    assert probes
+    for passages, question, target in probes:
+        words = re.findall(r"\w+", question.lower())
+        assert "it" in words and not any(w in words for w in NAMES[target].split())
+        assert sum(target in [e for e, _ in ents] for _, _, ents in passages) == 1  # only one passage names it
+    selection = select_heads(
+        reader, graph, lambda p: CORPUS[p], num_heads=3, probes=6, context_passages=3, cache_dir=tmp_path
+    )
+    assert len(selection.heads) == 3 and len(set(selection.heads)) == 3 and 0 < selection.probes <= 6
+    assert all(0 <= lay < 2 and 0 <= h < 4 for lay, h in selection.heads)
+    assert selection.hit_rate == sorted(selection.hit_rate, reverse=True)
+    (stored,) = tmp_path.glob("addressing-heads-*.json")
+    assert json.loads(stored.read_text())["reader"] == "tiny-llama-test"
+    monkeypatch.setattr(addressing_heads, "score_heads", lambda *a: pytest.fail("heads should come from the cache"))
+    again = select_heads(
+        reader, graph, lambda p: CORPUS[p], num_heads=3, probes=6, context_passages=3, cache_dir=tmp_path
+    )
+    assert again == selection
+
+
+def test_one_round_restart_and_transitions(reader, index, hash_encoder):
+    steering = Steering(reader, rounds=1, read_top=2, heads=[(0, 0), (1, 2)], pointer_weight=1.5, transition_gain=2.0)
+    retriever = HyperAddressRetriever(encoder=hash_encoder, steering=steering, restart_top=3, tol=1e-12)
+    (ranking,) = retriever.retrieve([QUESTION], index, CORPUS, top_k=5)
+    # the same round by hand: read the walk's top 2, point, add the restart term, reweight read incidences
+    hyper = retriever.prepare(index, CORPUS)
+    graph = hyper.graph
+    r_p, r_e = retriever.restart_for(hyper, [QUESTION.question])
+    walk_p, _ = retriever.pagerank(graph, graph.incidence_weights(), r_p[:, 0], r_e[:, 0])
+    read = sorted(range(5), key=lambda p: (-walk_p[p], p))[:2]
+    context = build_context(reader, blocks(graph, read), QUESTION.question)
+    s = entity_pointer(pointer_scores(reader, context, [(0, 0), (1, 2)]))
+    pointer = np.zeros(graph.num_entities)
+    pointer[context.candidates] = s / s.sum()
+    weights = graph.incidence_weights().copy()
+    for i in range(graph.num_incidences):
+        e = int(graph.incidence_entity[i])
+        if graph.incidence_passage[i] in read and e in context.candidates:
+            weights[i] *= 1 + 2.0 * s[context.candidates.index(e)] / s.max()
+    x_p, x_e = retriever.pagerank(graph, weights, r_p[:, 0] / 2.5, (r_e[:, 0] + 1.5 * pointer) / 2.5)
+    expected = sorted(range(5), key=lambda p: (-x_p[p], p))
+    assert ranking.passage_ids == [CORPUS[p].id for p in expected]
+    assert ranking.passage_scores == pytest.approx(x_p[expected].tolist(), abs=1e-10)
+    assert steering.rewrites["q"] == [QUESTION.question]  # one round: no rewriting
+
+
+def test_two_rounds_rewrite_a_described_span(reader, index, hash_encoder):
+    steering = Steering(
+        reader, rounds=2, read_top=3, heads=[(0, 0), (1, 2)], rewrite_candidates=10, rewrite_threshold=0.99
+    )
+    retriever = HyperAddressRetriever(encoder=hash_encoder, describer=FixedDescriber(), steering=steering)
+    walk_only = HyperAddressRetriever(encoder=hash_encoder, describer=FixedDescriber())
+    question = Question("q2", "Where was the first president born", ("Boston",), ())
+    (steered,) = retriever.retrieve([question], index, CORPUS, top_k=5)
+    (walk,) = walk_only.retrieve([question], index, CORPUS, top_k=5)
+    # "first president" is ann lee's description (cosine 1 with the hash encoder): rewritten to its name as read
+    assert steering.rewrites["q2"] == [question.question, "Where was the Ann Lee born"]
+    assert sorted(steered.passage_ids) == sorted(walk.passage_ids) and steered.passage_scores != walk.passage_scores
+    zero = Steering(reader, rounds=0, heads=[(0, 0)])
+    (same,) = HyperAddressRetriever(encoder=hash_encoder, describer=FixedDescriber(), steering=zero).retrieve(
+        [question], index, CORPUS, top_k=5
+    )
+    assert same.passage_scores == pytest.approx(walk.passage_scores)
+
+
+@pytest.mark.parametrize(("key", "rounds"), [("hyperaddress_1round", 1), ("hyperaddress_2rounds", 2)])
+def test_steered_configs_compose(key, rounds, reader, index, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    import glmrag.index.cache  # noqa: F401  (registers the ${glmrag_cache:...} resolver)
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("GLMRAG_CACHE_DIR", str(tmp_path))
+    with initialize_config_dir(config_dir=str(root / "configs"), version_base="1.3"):
+        cfg = compose(config_name="eval", overrides=[f"retriever=[{key}]", "output_dir=unused"])
+    node = cfg.retriever[key]
+    assert node.steering.reader.llm._target_ == "glmrag.llm.local.LocalLLM"  # the one LLM config, passed in
+    assert node.steering.reader.llm.model == "offline:smollm2-135m-instruct"
+    node.steering.reader = None  # the tiny reader stands in for SmolLM2 here
+    node.steering.heads = [[0, 0], [1, 1]]
+    retriever = instantiate(node)
+    retriever.steering.reader = reader
+    assert retriever.steering.rounds == rounds and retriever.steering.rewrite_threshold == 0.7
+    assert retriever.steering.cache_dir == str(tmp_path / "heads")
+    (ranking,) = retriever.retrieve([QUESTION], index, CORPUS, top_k=3)
+    assert len(ranking.passage_ids) == 3
