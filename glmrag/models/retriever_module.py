@@ -13,6 +13,7 @@ Log keys (lightning-hydra-template): ``train/loss``; ``val/loss``, ``val/recall@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -30,7 +31,7 @@ BEST_METRIC = "recall@2"
 Optimizer = Callable[..., torch.optim.Optimizer]
 
 
-class RetrieverModule(LightningModule):
+class RetrieverModule(LightningModule, ABC):
     """Base class of the retriever modules; call :meth:`init_evaluation` in ``__init__``."""
 
     optimizer_factory: Optimizer
@@ -65,12 +66,13 @@ class RetrieverModule(LightningModule):
 
     # -- supplied by subclasses --
 
+    @abstractmethod
     def model_step(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        raise NotImplementedError
+        """The loss over the batch's real rows and the logits the ranking reads."""
 
+    @abstractmethod
     def ranked_passages(self, batch: dict[str, Any], logits: torch.Tensor) -> list[list[str]]:
         """For each row of ``batch``, the ids of its ``max(ks)`` best passages, best first."""
-        raise NotImplementedError
 
     def parameter_groups(self) -> Iterable[nn.Parameter] | list[dict[str, Any]]:
         """What the optimizer gets as ``params``: all parameters unless a subclass splits them."""

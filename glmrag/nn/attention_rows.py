@@ -80,8 +80,12 @@ def rows_of(
     rows: torch.Tensor,
     scaling: float,
     softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention probabilities of query ``rows`` for ``heads`` only.
+
+    ``sinks`` (H,) are per-head attention-sink logits (GPT-OSS ``s_aux``): a sink joins every row's
+    softmax as one more key and takes its share of the probability, so a row then sums to less than 1.
 
     Shapes: ``query`` (B, H, L, d), ``key`` (B, H_kv, S, d), ``attention_mask``
     (B, 1 or H, L, S) bool (True: attend) or float (additive), or None (causal);
@@ -109,7 +113,10 @@ def rows_of(
             scores = scores.masked_fill(~mask, torch.finfo(torch.float32).min)
         else:
             scores = scores + mask.float()
-    return torch.softmax(scores, dim=-1)
+    if sinks is None:
+        return torch.softmax(scores, dim=-1)
+    sink = sinks.float()[head_idx].reshape(1, -1, 1, 1).expand(b, -1, rows.shape[1], 1)  # (B, h, R, 1)
+    return torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]  # (B, h, R, S)
 
 
 def _capture(module, query, key, attention_mask, scaling, kwargs) -> None:
@@ -120,11 +127,10 @@ def _capture(module, query, key, attention_mask, scaling, kwargs) -> None:
     heads = request.heads_of(layer)
     if not heads:
         return
-    if kwargs.get("s_aux") is not None:
-        raise NotImplementedError("attention rows with attention sinks (s_aux) are not supported")
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    rows = request.rows.to(query.device)
     request.by_layer[layer] = rows_of(
-        module, query, key, attention_mask, heads, request.rows.to(query.device), scale, kwargs.get("softcap")
+        module, query, key, attention_mask, heads, rows, scale, kwargs.get("softcap"), kwargs.get("s_aux")
     )
 
 
@@ -138,8 +144,10 @@ def rows_eager_forward(module, query, key, value, attention_mask, scaling=None, 
     """The model's own eager attention that also captures the requested rows."""
     _capture(module, query, key, attention_mask, scaling, kwargs)
     eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
-    if eager is None:
-        raise NotImplementedError(f"{type(module).__name__}'s module defines no eager_attention_forward; use sdpa")
+    if eager is None:  # a model without its own eager attention: the rows are captured, sdpa computes the rest
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
     kwargs.pop("output_attentions", None)

@@ -232,7 +232,7 @@ def flex_graph_attention(
     except NotImplementedError as err:
         if query.device.type != "cpu":
             raise
-        raise NotImplementedError(
+        raise RuntimeError(
             f"{err} flex_graph_attention: FlexAttention has no backward on CPU; train on CPU with backend 'eager' "
             "(tests may wrap the call in glmrag.nn.flex_attention.cpu_flex_backward())"
         ) from err

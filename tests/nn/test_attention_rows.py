@@ -79,3 +79,39 @@ def test_nothing_captured_outside_the_block(model):
         model(torch.tensor([[1, 2, 3]]))
     with pytest.raises(RuntimeError, match="layers \\[5\\]"):
         _ = captured.weights
+
+
+def test_attention_sinks_match_gpt_oss_eager():
+    """GPT-OSS adds a learned sink logit per head to every softmax: rows then sum to less than 1."""
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    torch.manual_seed(0)
+    config = GptOssConfig(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_local_experts=2,
+        num_experts_per_tok=1,
+        max_position_embeddings=64,
+        sliding_window=64,
+        layer_types=["full_attention", "full_attention"],
+    )
+    model = GptOssForCausalLM(config).eval()
+    with torch.no_grad():
+        for module in model.modules():
+            if hasattr(module, "sinks"):
+                module.sinks.normal_()
+    input_ids = torch.randint(0, 97, (1, 10), generator=torch.Generator().manual_seed(4))
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        full = model(input_ids, output_attentions=True).attentions
+        rows = torch.tensor([[6, 9]])
+        with capture_attention_rows(model, [(0, 1), (1, 3)], rows, base="eager") as captured:
+            model(input_ids)
+    expected = torch.stack([full[0][:, 1], full[1][:, 3]], dim=1)[:, :, [6, 9]]  # (1, 2, 2, L)
+    assert torch.allclose(captured.weights, expected, atol=1e-5)
+    assert captured.weights.sum(-1).max() < 1.0 - 1e-3  # the sinks took their share
