@@ -49,3 +49,27 @@ def index_config(glmrag_cache):
         } | overrides
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_llama():
+    """A factory of tiny random Llama causal LMs (hidden 32, 4 heads over 2 key-value groups), in eval mode.
+
+    ``tiny_llama(vocab_size, **config_overrides)``; seeded, so equal arguments give equal weights.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    def make(vocab_size: int, **overrides):
+        config = {
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,  # grouped-query: heads 0, 1 share key head 0
+            "max_position_embeddings": 256,
+        }
+        torch.manual_seed(0)
+        return LlamaForCausalLM(LlamaConfig(vocab_size=vocab_size, **(config | overrides))).eval()
+
+    return make

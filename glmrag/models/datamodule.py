@@ -265,10 +265,46 @@ class KGCCollate:
         }
 
 
-# --- The DataModule ----------------------------------------------------------------------------------
+# --- The DataModules ---------------------------------------------------------------------------------
 
 
-class KGQADataModule(LightningDataModule):
+class KGDataModule(LightningDataModule):
+    """What the DataModules over KG-indexed datasets share: argument checks, the indexes, the device batch.
+
+    A subclass calls :meth:`plain_arguments` before ``save_hyperparameters`` and
+    :meth:`set_device_batch_size` in ``setup``; the module reads ``index(kg)``.
+    """
+
+    indexes: dict[str, KGIndex]
+
+    @staticmethod
+    def plain_arguments(datasets: Sequence[str] | str, index: Mapping[str, Any]) -> tuple[list[str], dict]:
+        """Distinct dataset names and the index config as plain containers.
+
+        Plain containers, so checkpoints holding these hyper-parameters load with ``weights_only=True``.
+        """
+        datasets = [datasets] if isinstance(datasets, str) else [str(d) for d in datasets]
+        if len(set(datasets)) != len(datasets) or not datasets:
+            raise ValueError(f"datasets must be distinct registry names, got {datasets}")
+        index = OmegaConf.to_container(index, resolve=True) if isinstance(index, DictConfig) else dict(index)
+        return datasets, index
+
+    def index(self, kg: str) -> KGIndex:
+        """The KG index of dataset ``kg``, available after :meth:`setup`."""
+        return self.indexes[kg]
+
+    def _index_cfg(self, name: str) -> DictConfig:
+        return dataset_index_config(self.hparams.index, name)
+
+    def set_device_batch_size(self) -> None:
+        """Split the GLOBAL ``batch_size`` evenly over the trainer's devices (one process without one)."""
+        world = self.trainer.world_size if self.trainer is not None else 1
+        if self.hparams.batch_size % world:
+            raise ValueError(f"batch_size {self.hparams.batch_size} is not divisible by the {world} devices")
+        self.batch_size_per_device = self.hparams.batch_size // world
+
+
+class KGQADataModule(KGDataModule):
     """Multi-hop QA over the KG indexes of one or several datasets (see the module docstring).
 
     Args:
@@ -309,11 +345,7 @@ class KGQADataModule(LightningDataModule):
         super().__init__()
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
-        datasets = [datasets] if isinstance(datasets, str) else [str(d) for d in datasets]
-        if len(set(datasets)) != len(datasets) or not datasets:
-            raise ValueError(f"datasets must be distinct registry names, got {datasets}")
-        # Plain containers, so checkpoints holding these hyper-parameters load with weights_only=True.
-        index = OmegaConf.to_container(index, resolve=True) if isinstance(index, DictConfig) else dict(index)
+        datasets, index = self.plain_arguments(datasets, index)
         self.save_hyperparameters(logger=False)
         self.inputs_cache_dir = inputs_cache_dir or default_inputs_cache_dir()
         self.batch_size_per_device = batch_size
@@ -328,14 +360,7 @@ class KGQADataModule(LightningDataModule):
         """The GNN inputs of dataset ``kg`` (on CPU), available after :meth:`setup`."""
         return self.graphs[kg]
 
-    def index(self, kg: str) -> KGIndex:
-        """The KG index of dataset ``kg``, available after :meth:`setup`."""
-        return self.indexes[kg]
-
     # -- Lightning hooks --
-
-    def _index_cfg(self, name: str) -> DictConfig:
-        return dataset_index_config(self.hparams.index, name)
 
     def _load_kg(self, name: str) -> tuple[KGIndex, GraphInputs, dict[str, torch.Tensor]]:
         full = load_dataset(name, root=self.hparams.root)
@@ -351,10 +376,7 @@ class KGQADataModule(LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         """Load indexes, GNN inputs and the questions of every split; read the device count from the trainer."""
-        world = self.trainer.world_size if self.trainer is not None else 1
-        if self.hparams.batch_size % world:
-            raise ValueError(f"batch_size {self.hparams.batch_size} is not divisible by the {world} devices")
-        self.batch_size_per_device = self.hparams.batch_size // world
+        self.set_device_batch_size()
         if self.graphs:
             return
         for name in self.hparams.datasets:

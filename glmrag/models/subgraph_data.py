@@ -55,8 +55,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 from datasets.distributed import split_dataset_by_node
-from lightning import LightningDataModule
-from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader, DistributedSampler
 
 from glmrag.data.registry import load_dataset
@@ -66,7 +64,7 @@ from glmrag.index.cache import get_index
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.io import atomic_write_bytes, atomic_write_text, cache_root, default_mode
-from glmrag.models.datamodule import cached_question_embeddings, dataset_index_config, default_inputs_cache_dir
+from glmrag.models.datamodule import KGDataModule, cached_question_embeddings, default_inputs_cache_dir
 from glmrag.models.glm_inputs import RECORD_SCHEMA, GLMCollate, SubgraphSettings, load_tokenizer, question_record
 
 log = logging.getLogger(__name__)
@@ -289,7 +287,7 @@ class StreamBatchSampler(DistributedSampler):
 # --- the DataModule ----------------------------------------------------------------------------------
 
 
-class SubgraphDataModule(LightningDataModule):
+class SubgraphDataModule(KGDataModule):
     """GLM inputs of one or several KG-indexed datasets, streamed from cached shards (module docstring).
 
     Args:
@@ -303,13 +301,6 @@ class SubgraphDataModule(LightningDataModule):
         shuffle_buffer: records in the training shuffle buffer.
         cache_dir: where the shards live (None: ``$GLMRAG_CACHE_DIR/glm_subgraphs``).
     """
-
-    def index(self, kg: str) -> KGIndex:
-        """The KG index of dataset ``kg``, available after :meth:`setup`."""
-        return self.indexes[kg]
-
-    def _index_cfg(self, name: str) -> DictConfig:
-        return dataset_index_config(self.hparams.index, name)
 
     def __init__(
         self,
@@ -336,13 +327,9 @@ class SubgraphDataModule(LightningDataModule):
         cache_dir: str | None = None,
     ) -> None:
         super().__init__()
-        datasets = [datasets] if isinstance(datasets, str) else [str(d) for d in datasets]
-        if len(set(datasets)) != len(datasets) or not datasets:
-            raise ValueError(f"datasets must be distinct registry names, got {datasets}")
+        datasets, index = self.plain_arguments(datasets, index)
         if shard_size < 1 or shuffle_buffer < 1 or batch_size < 1:
             raise ValueError(f"batch_size={batch_size}, shard_size={shard_size}, shuffle_buffer={shuffle_buffer}: >= 1")
-        # Plain containers, so checkpoints holding these hyper-parameters load with weights_only=True.
-        index = OmegaConf.to_container(index, resolve=True) if isinstance(index, DictConfig) else dict(index)
         self.save_hyperparameters(logger=False)
         self.settings = SubgraphSettings(max_hops, max_triplets, layout, use_text, position_mode, subgraph_seed)
         self.cache_dir = Path(cache_dir or default_cache_dir())
@@ -403,10 +390,7 @@ class SubgraphDataModule(LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         """Load the indexes and each split's ``meta.json`` (not the records); read the device count."""
-        world = self.trainer.world_size if self.trainer is not None else 1
-        if self.hparams.batch_size % world:
-            raise ValueError(f"batch_size {self.hparams.batch_size} is not divisible by the {world} devices")
-        self.batch_size_per_device = self.hparams.batch_size // world
+        self.set_device_batch_size()
         if self.indexes:
             return
         vocab_size = len(load_tokenizer(self.hparams.tokenizer))

@@ -153,6 +153,12 @@ def test_encode_subgraph_matches_phrase_triples_and_keeps_isolated_seeds(tok, kg
     assert len(g.input_ids) == n_ref + n_e3
 
 
+def first_triples(index, n: int) -> Subgraph:
+    """The subgraph of ``index``'s first ``n`` triples in index order, the entities of all triples, no seeds."""
+    entities = np.unique(index.triples[:, [0, 2]])
+    return Subgraph(np.arange(n), np.ones(n, dtype=np.int64), entities, np.zeros(0, dtype=np.int64), False)
+
+
 def test_empty_phrase_is_an_error(tok):
     with pytest.raises(ValueError, match="tokenises to no tokens"):
         encode_triples([("paris", "", "france")], tok)
@@ -160,13 +166,7 @@ def test_empty_phrase_is_an_error(tok):
 
 def test_600_triples_are_consistent(tok, random_graph):
     index = random_graph(num_entities=300, num_triples=600, seed=1)
-    sub = Subgraph(
-        triples=np.arange(600, dtype=np.int64),
-        hop=np.ones(600, dtype=np.int64),
-        entities=np.unique(index.triples[:, [0, 2]]),
-        seeds=np.zeros(0, dtype=np.int64),
-        truncated=False,
-    )
+    sub = first_triples(index, 600)
     g = encode_subgraph(index, sub, tok, question="who is the president")
     n_graph = g.num_graph_tokens
     assert (g.node_of_token[:n_graph] >= 0).all() and (g.node_of_token[n_graph:] == -1).all()
@@ -205,13 +205,7 @@ def test_path_mode_takes_shortest_directed_path_and_leaves_unreachable_pairs_glo
 
 def test_path_mode_agrees_with_triple_mode_within_triples_of_a_tree(tok, random_graph):
     index = random_graph(num_entities=60, num_triples=59, seed=3)
-    sub = Subgraph(
-        triples=np.arange(59, dtype=np.int64),
-        hop=np.ones(59, dtype=np.int64),
-        entities=np.unique(index.triples[:, [0, 2]]),
-        seeds=np.zeros(0, dtype=np.int64),
-        truncated=False,
-    )
+    sub = first_triples(index, 59)
     triple = encode_subgraph(index, sub, tok, mode="triple")
     path = encode_subgraph(index, sub, tok, mode="path")
     joined = triple.kind == 0

@@ -1,8 +1,7 @@
 """A tiny randomly initialised causal LM on disk, and the local backend over it."""
 
 import pytest
-import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import AutoTokenizer
 
 from glmrag.index.embed import resolve_model_path
 from glmrag.llm.local import LocalLLM
@@ -15,7 +14,7 @@ CHAT_TEMPLATE = (
 
 
 @pytest.fixture(scope="session")
-def tiny_lm_dir(tmp_path_factory):
+def tiny_lm_dir(tmp_path_factory, tiny_llama):
     """A 2-layer Llama (hidden 32) with the MiniLM WordPiece tokenizer and a chat template, saved to a folder.
 
     Its eos is [SEP], so a greedy generation may end early or run to max_new_tokens.
@@ -23,20 +22,13 @@ def tiny_lm_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny_lm")
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("offline:all-MiniLM-L6-v2"))
     tokenizer.chat_template = CHAT_TEMPLATE
-    config = LlamaConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
+    model = tiny_llama(
+        tokenizer.vocab_size,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
         eos_token_id=tokenizer.sep_token_id,
     )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(folder)
+    model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 

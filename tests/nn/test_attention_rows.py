@@ -1,6 +1,5 @@
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from glmrag.nn.attention_rows import capture_attention_rows
 
@@ -8,18 +7,8 @@ PAIRS = [(0, 3), (1, 0), (1, 2), (2, 1)]
 
 
 @pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=97,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,  # grouped-query: heads 0, 1 share key head 0
-        max_position_embeddings=64,
-    )
-    return LlamaForCausalLM(config).eval()
+def model(tiny_llama):
+    return tiny_llama(97, num_hidden_layers=3, max_position_embeddings=64)
 
 
 def eager_reference(model, input_ids, attention_mask=None):

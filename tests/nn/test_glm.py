@@ -40,6 +40,12 @@ def glm_of(t5, **kwargs) -> GLMEncoder:
 
 
 def run_glm(glm: GLMEncoder, graphs) -> torch.Tensor:
+    """:func:`encode` without gradients. Shapes: -> (B, L, d)."""
+    with torch.no_grad():
+        return encode(glm, graphs)
+
+
+def encode(glm: GLMEncoder, graphs) -> torch.Tensor:
     """Pad Levi graphs into one batch and encode it. Shapes: -> (B, L, d)."""
     n = max(len(g.input_ids) for g in graphs)
     ids = torch.zeros(len(graphs), n, dtype=torch.long)
@@ -51,8 +57,7 @@ def run_glm(glm: GLMEncoder, graphs) -> torch.Tensor:
         ids[row, :m], mask[row, :m] = torch.from_numpy(g.input_ids), True
         position[row, :m, :m] = torch.from_numpy(g.relative_position)
         kind[row, :m, :m] = torch.from_numpy(g.kind)
-    with torch.no_grad():
-        return glm(ids, mask, position, kind)
+    return glm(ids, mask, position, kind)
 
 
 def test_against_hf_t5_on_a_chain_graph(tok, t5):
@@ -118,14 +123,7 @@ def test_extra_buckets_start_at_the_farthest_bucket_and_are_trained(tok, t5):
     glm = glm_of(t5).train()
     table = glm.position_table.weight
     torch.testing.assert_close(glm.extra_bias.detach(), table[-1:].detach().repeat(3, 1))
-    graph = encode_triples(CHAIN, tok, question="where was obama born")
-    n = len(graph.input_ids)
-    out = glm(
-        torch.from_numpy(graph.input_ids)[None],
-        torch.ones(1, n, dtype=torch.bool),
-        torch.from_numpy(graph.relative_position)[None],
-        torch.from_numpy(graph.kind)[None],
-    )
+    out = encode(glm, [encode_triples(CHAIN, tok, question="where was obama born")])
     out.pow(2).sum().backward()
     assert (glm.extra_bias.grad.abs().sum(dim=1) > 0).all()  # all three extra buckets are used
     assert table.grad is not None and table.grad.abs().sum() > 0
@@ -167,16 +165,8 @@ def test_gradients_match_eager_with_flex_and_checkpointing(tok, t5, backend, che
         glm = GLMEncoder(copy.deepcopy(t5), backend=backend).train()
         if checkpointing:
             glm.enable_gradient_checkpointing()
-        g = graphs[0]
-        n = len(g.input_ids)
         with cpu_flex_backward():
-            out = glm(
-                torch.from_numpy(g.input_ids)[None],
-                torch.ones(1, n, dtype=torch.bool),
-                torch.from_numpy(g.relative_position)[None],
-                torch.from_numpy(g.kind)[None],
-            )
-            out.pow(2).sum().backward()
+            encode(glm, graphs).pow(2).sum().backward()
         q = glm.t5.encoder.block[-1].layer[0].SelfAttention.q.weight
         return [glm.position_table.weight.grad, glm.extra_bias.grad, q.grad]
 
@@ -189,15 +179,7 @@ def test_flex_backend_trains_with_dropout_configured(tok):
     config = T5Config(vocab_size=tok.vocab_size, d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8)
     assert config.dropout_rate > 0
     glm = GLMEncoder.from_config(config, backend="flex").train()
-    g = encode_triples(CHAIN[:1], tok)
-    n = len(g.input_ids)
     with cpu_flex_backward():
-        out = glm(
-            torch.from_numpy(g.input_ids)[None],
-            torch.ones(1, n, dtype=torch.bool),
-            torch.from_numpy(g.relative_position)[None],
-            torch.from_numpy(g.kind)[None],
-        )
-        out.sum().backward()
+        encode(glm, [encode_triples(CHAIN[:1], tok)]).sum().backward()
     assert glm.t5.encoder.block[0].layer[0].SelfAttention.dropout == 0.0
     assert glm.t5.encoder.block[0].layer[0].dropout.p == config.dropout_rate

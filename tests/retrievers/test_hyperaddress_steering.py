@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import AutoTokenizer
 
 from glmrag.data.types import Corpus, Passage, Question
 from glmrag.graph.hypergraph import Hypergraph
@@ -48,19 +48,10 @@ class FixedDescriber:
 
 
 @pytest.fixture(scope="module")
-def reader():
-    torch.manual_seed(0)
+def reader(tiny_llama):
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(DEFAULT_MODEL))
-    config = LlamaConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-    )
-    return Reader(LlamaForCausalLM(config).eval(), tokenizer, "tiny-llama-test")
+    model = tiny_llama(tokenizer.vocab_size, max_position_embeddings=512)
+    return Reader(model, tokenizer, "tiny-llama-test")
 
 
 @pytest.fixture
