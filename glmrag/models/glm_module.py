@@ -171,18 +171,25 @@ class GLMRetrieverModule(RetrieverModule):
         return loss, logits
 
     def ranked_passages(self, batch: dict[str, Any], logits: torch.Tensor) -> list[list[str]]:
-        """The best ``max(ks)`` passages of each row; entities outside a row's subgraph get ``-inf``."""
+        """The best ``max(ks)`` passages of each row; entities outside a row's subgraph get ``-inf``.
+
+        Rows are ranked together per KG (a batch may mix KGs).
+        """
         node_logits = logits.detach().float().cpu().numpy()  # (B, N)
         entity_of_node = batch["entity_of_node"].cpu().numpy()  # (B, N)
         node_mask = batch["node_mask"].cpu().numpy()  # (B, N)
-        ranked = []
-        for row, kg in enumerate(batch["kg"]):
+        ranked: list[list[str]] = [[] for _ in batch["kg"]]
+        for kg in dict.fromkeys(batch["kg"]):
             index = self.trainer.datamodule.index(kg)
-            scores = entity_scores(node_logits[row], entity_of_node[row], node_mask[row], index.num_entities)
+            rows = [row for row, name in enumerate(batch["kg"]) if name == kg]
+            scores = np.stack(
+                [entity_scores(node_logits[r], entity_of_node[r], node_mask[r], index.num_entities) for r in rows]
+            )  # (b, E)
             positions, _ = rank_passages(
-                scores[None], index, max(self.ks), self.hparams.ranker, self.hparams.top_entities
-            )  # (1, max ks)
-            ranked.append([index.passage_ids[p] for p in positions[0]])
+                scores, index, max(self.ks), self.hparams.ranker, self.hparams.top_entities
+            )  # (b, max ks)
+            for row, top in zip(rows, positions, strict=True):
+                ranked[row] = [index.passage_ids[p] for p in top]
         return ranked
 
 

@@ -105,8 +105,7 @@ def eager_graph_attention(
     scores = torch.matmul(query, key.transpose(2, 3)).float()  # (B, H, L, L)
     if scaling != 1.0:
         scores = scores * scaling
-    pair_bias = F.embedding(bias.bucket.long(), bias.table)  # (B, L, L, H)
-    scores = scores + pair_bias.permute(0, 3, 1, 2).float()  # (B, H, L, L)
+    scores = scores + bias.dense_bias().float()  # (B, H, L, L), gathered once per forward
     keep = bias.key_mask[:, None, None, :]  # (B, 1, 1, L)
     if bias.allowed is not None:
         keep = keep & bias.allowed[:, None]  # (B, 1, L, L)

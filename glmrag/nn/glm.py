@@ -25,7 +25,7 @@ Given an ordinary tensor ``position_bias`` (plain T5 use of the same model), it 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -60,6 +60,14 @@ class GraphAttentionBias:
     """(B, L) bool real (not padding) tokens."""
     backend: str = "eager"
     """``eager`` (dense bias) or ``flex`` (FlexAttention ``score_mod``, for the GPU)."""
+    _dense: torch.Tensor | None = field(default=None, init=False, repr=False)
+
+    def dense_bias(self) -> torch.Tensor:
+        """The ``(B, H, L, L)`` bias of the eager path, gathered once and shared by every layer (as T5 shares
+        its position bias); the mask is applied separately."""
+        if self._dense is None:
+            self._dense = nn.functional.embedding(self.bucket.long(), self.table).permute(0, 3, 1, 2)
+        return self._dense
 
 
 def graph_attention(
@@ -204,6 +212,8 @@ class GLMEncoder(nn.Module):
         -> ``(B, L, d_model)``.
         """
         bias = self.attention_bias(token_mask, relative_position, kind)
+        if self.backend == "eager":
+            bias.dense_bias()  # gathered here, outside any block a checkpoint would recompute
         encoder = self.t5.encoder
         hidden = encoder.dropout(encoder.embed_tokens(input_ids))  # (B, L, d)
         for block in encoder.block:
