@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from glmrag.data.types import Corpus, Question
 from glmrag.index.kg import KGIndex
+from glmrag.llm.base import Usage
 
 
 @dataclass
@@ -40,3 +41,26 @@ class Retriever(Protocol):
         """Rank the corpus's passages for each question, best first: at least ``top_k`` of them
         per question when the corpus has that many. ``index`` was built from ``corpus``."""
         ...
+
+
+@runtime_checkable
+class AnsweringRetriever(Retriever, Protocol):
+    """A retriever that also answers its questions (DTKG generates the answer from the facts it verified).
+
+    ``answers`` maps question id -> predicted answer of the last :meth:`retrieve`; the evaluation job
+    scores them with EM/F1 instead of running the QA reader on the ranking.
+    """
+
+    answers: dict[str, str]
+
+
+@runtime_checkable
+class LLMCostedRetriever(Retriever, Protocol):
+    """A retriever that calls a language model (HyperAddress steering, DTKG).
+
+    :meth:`llm_cost` returns, per question id of the last :meth:`retrieve`, the LLM usage
+    (calls, prompt and generated tokens, seconds) spent on that question, as DTKG Table 6 and
+    HyperAddress Fig. 5 compare cost; the evaluation job reports it per question and per method.
+    """
+
+    def llm_cost(self) -> dict[str, Usage]: ...
