@@ -73,3 +73,44 @@ def tiny_llama():
         return LlamaForCausalLM(LlamaConfig(vocab_size=vocab_size, **(config | overrides))).eval()
 
     return make
+
+
+@pytest.fixture
+def scripted_llm():
+    """A factory of deterministic LLMs for testing methods that call one (DTKG, OpenIE, QA, descriptions).
+
+    ``scripted_llm(reply)``: ``reply(prompt_text) -> str`` answers each prompt, where ``prompt_text`` is a
+    plain prompt or a chat's messages joined by newlines. Tokens are counted as words, 0.01 s per
+    generation, and ``stop`` strings are applied as the real backends apply them, so usage and
+    parsing run through :class:`glmrag.llm.base.LLM` unchanged. ``llm.prompts`` records every prompt text.
+    """
+    from glmrag.llm.base import LLM, Generation, truncate_at_stop
+
+    class Scripted(LLM):
+        name = "scripted"
+
+        def __init__(self, reply) -> None:
+            super().__init__()
+            self.reply = reply
+            self.prompts: list[str] = []
+
+        def _generate(self, prompts, max_new_tokens, temperature, stop):
+            out = []
+            for p in prompts:
+                text = p if isinstance(p, str) else "\n".join(m["content"] for m in p)
+                self.prompts.append(text)
+                answer, _ = truncate_at_stop(self.reply(text), stop)
+                words = answer.split()
+                finish = "length" if len(words) > max_new_tokens else "stop"
+                out.append(
+                    Generation(
+                        " ".join(words[:max_new_tokens]) if finish == "length" else answer,
+                        len(text.split()),
+                        min(len(words), max_new_tokens),
+                        finish,
+                        0.01,
+                    )
+                )
+            return out
+
+    return Scripted
