@@ -10,19 +10,23 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
+import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from glmrag.data.types import Dataset
 from glmrag.index.build import IndexSettings, expected_manifest
 from glmrag.index.embed import Embedder
 from glmrag.index.extractors.base import Extractor
+from glmrag.index.extractors.llm_openie import LLMOpenIEExtractor
 from glmrag.index.extractors.openie_import import OpenIEImportExtractor
 from glmrag.index.extractors.spacy_extractor import SpacyExtractor
 from glmrag.index.kg import KGIndex
 from glmrag.index.store import load_or_build
 from glmrag.io import cache_root
+from glmrag.llm.base import LLM
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +35,19 @@ if not OmegaConf.has_resolver("glmrag_cache"):
     OmegaConf.register_new_resolver("glmrag_cache", lambda sub="": str(cache_root() / sub))
 
 
-def make_extractor(kind: str, dataset: Dataset, spacy_processes: int = 1) -> Extractor:
-    """``openie``: the dataset's own HippoRAG OpenIE file; ``spacy``: the offline extractor."""
+def make_extractor(
+    kind: str,
+    dataset: Dataset,
+    spacy_processes: int = 1,
+    llm: LLM | DictConfig | Mapping | None = None,
+    llm_openie: Mapping | None = None,
+) -> Extractor:
+    """``openie``: the dataset's own HippoRAG OpenIE file; ``spacy``: the offline extractor; ``llm``: LLM OpenIE.
+
+    For ``llm``, ``llm`` is the index config's ``llm`` node (built with ``hydra.utils.instantiate``) or an
+    :class:`~glmrag.llm.base.LLM` already built, and ``llm_openie`` the keyword arguments of
+    :class:`~glmrag.index.extractors.llm_openie.LLMOpenIEExtractor` (``cache_dir``, ``batch_size``, ...).
+    """
     if kind == "openie":
         if dataset.openie_path is None:
             raise ValueError(
@@ -42,7 +57,17 @@ def make_extractor(kind: str, dataset: Dataset, spacy_processes: int = 1) -> Ext
         return OpenIEImportExtractor(dataset.openie_path)
     if kind == "spacy":
         return SpacyExtractor(n_process=spacy_processes)
-    raise ValueError(f"unknown index.extractor {kind!r}; expected 'openie' or 'spacy'")
+    if kind == "llm":
+        if llm is None:
+            raise ValueError(
+                f"index.extractor=llm for dataset {dataset.name}, but the index config has no llm node; "
+                "use index=llm_openie (configs/index/llm_openie.yaml) or add one, e.g. +llm@index.llm=local"
+            )
+        if not isinstance(llm, LLM):
+            llm = hydra.utils.instantiate(llm)
+        options = dict(llm_openie or {})
+        return LLMOpenIEExtractor(llm, **options)
+    raise ValueError(f"unknown index.extractor {kind!r}; expected 'openie', 'spacy' or 'llm'")
 
 
 def index_settings(cfg: DictConfig) -> IndexSettings:
@@ -59,7 +84,9 @@ def get_index(dataset: Dataset, cfg: DictConfig) -> KGIndex:
     The folder name carries a hash of everything that decides the index, so
     ablations over index settings coexist; a stale or corrupt folder is rebuilt.
     """
-    extractor = make_extractor(cfg.extractor, dataset, cfg.get("spacy_processes", 1))
+    extractor = make_extractor(
+        cfg.extractor, dataset, cfg.get("spacy_processes", 1), cfg.get("llm"), cfg.get("llm_openie")
+    )
     settings = index_settings(cfg)
     expect = expected_manifest(dataset.corpus, dataset.qa, extractor, settings)
     key = hashlib.sha256(json.dumps(expect, sort_keys=True).encode()).hexdigest()[:10]

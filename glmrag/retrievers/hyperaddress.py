@@ -28,6 +28,11 @@ describes.
 :class:`~glmrag.retrievers.steering.Steering`, given as ``steering``; without
 it the retriever is the walk-only variant.
 
+**Cost** (Fig. 5, Table 8): :meth:`HyperAddressRetriever.llm_cost` gives the
+steering reader's forward passes per question of the last ``retrieve``;
+:meth:`HyperAddressRetriever.index_llm_cost` the once-per-corpus LLM work (LLM
+descriptions, addressing-head selection).
+
 **Constants.** App. A selects the constants on MuSiQue development questions
 (Table 6), but the text copy of the paper (``/work/shared/papers/002_*``) does
 not list Table 6's values. Defaults here are therefore stated choices, not the
@@ -48,13 +53,15 @@ import numpy as np
 import scipy.sparse as sp
 
 from glmrag.data.types import Corpus, Question
-from glmrag.graph.hypergraph import Describer, Hypergraph, SentenceDescriber
+from glmrag.graph.hypergraph import Describer, Hypergraph, SentenceDescriber, index_mentions, index_passages
 from glmrag.index.embed import DEFAULT_MODEL, Embedder
 from glmrag.index.kg import KGIndex
+from glmrag.llm.base import Usage
 from glmrag.retrievers.base import Ranking
 from glmrag.retrievers.entity_ranking import make_rankings, top_k_stable
+from glmrag.retrievers.llm_descriptions import USAGE_TAG as DESCRIPTIONS_TAG
 from glmrag.retrievers.ppr import iterations_for
-from glmrag.retrievers.steering import Steering
+from glmrag.retrievers.steering import HEADS_TAG, Steering
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +181,8 @@ class HyperIndex:
 class HyperAddressRetriever:
     """HyperAddress: PPR on the hypergraph from the question, walk only or steered by a reader.
 
+    An :class:`~glmrag.retrievers.base.LLMCostedRetriever`: see :meth:`llm_cost` and :meth:`index_llm_cost`.
+
     The hypergraph is built from the index's passage<->entity map and the
     corpus texts on first use (kept for the last index seen). Without
     ``steering`` this is "the walk without reading" (§5.3); with a
@@ -197,6 +206,7 @@ class HyperAddressRetriever:
         batch_size: int = 256,
         encoder=None,
         steering: Steering | None = None,
+        name: str = "hyperaddress",
     ) -> None:
         if not 0.0 <= damping < 1.0:
             raise ValueError(f"damping={damping} must be in [0, 1)")
@@ -212,7 +222,10 @@ class HyperAddressRetriever:
         self.embedder = encoder if encoder is not None else Embedder(embed_model, batch_size=batch_size)
         self.labels = LabelEmbeddings(self.embedder, embed_model, cache_dir)
         self.steering = steering
+        self.name = name
+        """Usage tag of the steering forward passes (the eval job's retriever key, e.g. ``hyperaddress_1round``)."""
         self._cache: tuple[KGIndex, HyperIndex] | None = None
+        self._cost: dict[str, Usage] = {}
 
     def index_graph(self, graph: Hypergraph) -> HyperIndex:
         """Embed ``graph``'s descriptions (new ones only) and build its base walk."""
@@ -224,6 +237,10 @@ class HyperAddressRetriever:
     def prepare(self, index: KGIndex, corpus: Corpus) -> HyperIndex:
         """The hypergraph of ``index`` and ``corpus``, built on first use and kept while the same index is passed."""
         if self._cache is None or self._cache[0] is not index:
+            prefetch = getattr(self.describer, "prefetch", None)
+            if prefetch is not None:  # a describer that batches (LLMDescriber) writes every label up front
+                positions = range(index.num_passages)
+                prefetch(index_passages(index, corpus, positions), index_mentions(index, positions))
             graph = Hypergraph.from_index(index, corpus, self.describer)
             log.info("hypergraph: %d passages, %d incidences", graph.num_passages, graph.num_incidences)
             self._cache = (index, self.index_graph(graph))
@@ -285,15 +302,21 @@ class HyperAddressRetriever:
             def passage(p: int):
                 return corpus[corpus.position(ids[p])]
 
+            reader = self.steering.reader
+            self.steering.addressing_heads(hyper.graph, passage)  # before any question's tag: index cost
             for b, q in enumerate(questions):
-                x_p[b], x_e[b] = self.steering.steer(
-                    self, hyper, passage, q.id, q.question, (r_p[:, b], r_e[:, b]), (x_p[b], x_e[b])
-                )
+                before = _usage_of(reader.llm, self.name, q.id)
+                with reader.track(self.name, q.id):
+                    x_p[b], x_e[b] = self.steering.steer(
+                        self, hyper, passage, q.id, q.question, (r_p[:, b], r_e[:, b]), (x_p[b], x_e[b])
+                    )
+                self._cost[q.id] = _difference(_usage_of(reader.llm, self.name, q.id), before)
         return x_p, x_e
 
     def retrieve(self, questions: Sequence[Question], index: KGIndex, corpus: Corpus, top_k: int = 10) -> list[Ranking]:
         """Passages ranked by PageRank mass (ties in index order), and the top entities by theirs."""
         hyper = self.prepare(index, corpus)
+        self._cost = {q.id: Usage() for q in questions}
         rankings: list[Ranking] = []
         for start in range(0, len(questions), self.batch_size):
             batch = questions[start : start + self.batch_size]
@@ -304,3 +327,47 @@ class HyperAddressRetriever:
                 [q.id for q in batch], hyper.graph.passage_ids, positions, values, entities, entity_values
             )
         return rankings
+
+    def llm_cost(self) -> dict[str, Usage]:
+        """Per question id of the last :meth:`retrieve`: the steering reader's forward passes for it.
+
+        Each pass is a call with ``prompt_tokens`` = tokens read, 0 generated, its wall seconds
+        (Fig. 5 compares per-question cost); the walk only (or a reader without an LLM) costs zeros.
+        Descriptions and head selection are built once per corpus, not per question: they are
+        reported by :meth:`index_llm_cost`, not here.
+        """
+        return {qid: Usage().add(u) for qid, u in self._cost.items()}
+
+    def index_llm_cost(self) -> dict[str, Usage]:
+        """LLM usage of the index side (Table 8's index cost), summed over this process so far.
+
+        ``hyperaddress_descriptions``: the LLM descriptions (:mod:`glmrag.retrievers.llm_descriptions`;
+        zero for sentence descriptions or when every passage came from the description cache);
+        ``hyperaddress_heads``: the addressing-head selection passes (zero when heads are fixed or cached).
+        """
+        reader_llm = self.steering.reader.llm if self.steering is not None else None
+        sources = {DESCRIPTIONS_TAG: getattr(self.describer, "llm", None), HEADS_TAG: reader_llm}
+        return {tag: _method_usage(llm, tag) for tag, llm in sources.items()}
+
+
+def _usage_of(llm, method: str, question_id: str | None = None) -> Usage:
+    """``llm``'s usage under ``(method, question_id)``; zeros without an LLM."""
+    return llm.usage.get(method, question_id) if llm is not None else Usage()
+
+
+def _method_usage(llm, method: str) -> Usage:
+    """``llm``'s usage under ``method``, summed over question ids; zeros without an LLM."""
+    return llm.usage.by_method().get(method, Usage()) if llm is not None else Usage()
+
+
+def _difference(after: Usage, before: Usage) -> Usage:
+    """What was counted between two snapshots of one tag."""
+    events = {k: n - before.events.get(k, 0) for k, n in after.events.items() if n != before.events.get(k, 0)}
+    return Usage(
+        after.calls - before.calls,
+        after.cache_hits - before.cache_hits,
+        after.prompt_tokens - before.prompt_tokens,
+        after.generated_tokens - before.generated_tokens,
+        after.seconds - before.seconds,
+        events,
+    )

@@ -19,7 +19,9 @@ document layout), passages separated by a blank line, then
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +29,7 @@ import torch
 
 from glmrag.data.types import Passage
 from glmrag.graph.hypergraph import mention_spans
+from glmrag.llm.base import LLM, Generation
 from glmrag.nn.attention_rows import capture_attention_rows
 
 QUESTION_PREFIX = "\n\nQuestion: "
@@ -36,18 +39,34 @@ class Reader:
     """A causal LM and its (fast) tokenizer, read for attention only.
 
     ``name`` identifies the model in the addressing-head cache; ``max_tokens``
-    bounds the prompt (trailing passages are dropped to fit).
+    bounds the prompt (trailing passages are dropped to fit). ``llm``, the
+    backend the model came from (set by :meth:`from_llm`), receives the cost of
+    every forward pass (:func:`pointer_scores`) in its usage counter; a reader
+    of a bare model (``llm`` None) counts nothing.
     """
 
-    def __init__(self, model, tokenizer, name: str, max_tokens: int = 2048) -> None:
+    def __init__(self, model, tokenizer, name: str, max_tokens: int = 2048, llm: LLM | None = None) -> None:
         if not getattr(tokenizer, "is_fast", False):
             raise ValueError(f"reader {name}: a fast tokenizer is needed (character offsets of tokens)")
         self.model, self.tokenizer, self.name, self.max_tokens = model.eval(), tokenizer, name, max_tokens
+        self.llm = llm
 
     @classmethod
     def from_llm(cls, llm, max_tokens: int = 2048) -> Reader:
-        """The model and tokenizer of a local LLM backend (:class:`glmrag.llm.local.LocalLLM`), passed in."""
-        return cls(llm.model, llm.tokenizer, llm.name, max_tokens)
+        """The model and tokenizer of a local LLM backend (:class:`glmrag.llm.local.LocalLLM`), passed in.
+
+        The reader keeps ``llm``, so its forward passes are counted in ``llm.usage``.
+        """
+        return cls(llm.model, llm.tokenizer, llm.name, max_tokens, llm=llm)
+
+    def track(self, method: str | None = None, question_id: str | None = None) -> AbstractContextManager:
+        """``llm.track(method, question_id)`` of the reader's LLM; a no-op for a reader without one."""
+        return self.llm.track(method, question_id) if self.llm is not None else nullcontext()
+
+    def record(self, tokens: int, seconds: float) -> None:
+        """Count one forward pass over ``tokens`` tokens: a call that reads them and generates nothing."""
+        if self.llm is not None:
+            self.llm.usage.record(Generation("", prompt_tokens=tokens, generated_tokens=0, seconds=seconds))
 
     @property
     def num_layers(self) -> int:
@@ -134,13 +153,18 @@ def build_context(
 def pointer_scores(reader: Reader, context: ReadContext, heads: Sequence[tuple[int, int]]) -> torch.Tensor:
     """Attention mass from each question token to each candidate's mentions, per head.
 
+    The forward pass is counted as one call of ``S`` prompt tokens (:meth:`Reader.record`) under the
+    current usage tag of the reader's LLM (HyperAddress Fig. 5 compares cost).
+
     Shapes: -> (len(heads), R, C) float32, in the sorted order of ``heads``.
     """
     device = next(reader.model.parameters()).device
+    start = time.perf_counter()
     with capture_attention_rows(reader.model, heads, context.question_rows) as captured:
         # logits only for the last position: the reader is read, never decoded (the LM head over
         # every position would cost as much as the layers of a small model)
         reader.model(context.input_ids.to(device), logits_to_keep=1)
+    reader.record(int(context.input_ids.shape[1]), time.perf_counter() - start)
     weights = captured.weights[0].cpu()  # (H, R, S)
     return weights @ context.mentions  # (H, R, C)
 

@@ -23,6 +23,11 @@ the candidate's read incidences. "The rewritten question's restart, weighted 2,
 is added to restarts from earlier question versions" (App. A), and the next
 round reads the rewritten question.
 
+**Cost** (Fig. 5, Table 8): every reader forward pass is counted in the usage of
+the reader's LLM as one call reading ``S`` tokens and generating none
+(:func:`~glmrag.retrievers.reader_pointers.pointer_scores`), under the tag the
+retriever sets per question; head selection under :data:`HEADS_TAG`.
+
 Variants (§5.3, Fig. 4): ``rounds`` 0 is the walk only, 1 one reader pass
 (no rewriting), 2 two rounds with one rewrite.
 
@@ -53,6 +58,9 @@ REWRITE_THRESHOLD = 0.7
 """Span-label cosine needed to rewrite (App. A)."""
 REWRITE_WEIGHT = 2.0
 """Restart weight of a rewritten question (App. A)."""
+HEADS_TAG = "hyperaddress_heads"
+"""Usage tag of the head-selection forward passes (index cost: "head selection is included in the index
+cost", App. A.2, Table 8), apart from the per-question steering passes."""
 _WORD = re.compile(r"\S+")
 
 
@@ -100,10 +108,22 @@ class Steering:
         """Question id -> the question versions read, for inspection."""
 
     def addressing_heads(self, graph, passage: Callable[[int], Passage]) -> list[tuple[int, int]]:
+        """The fixed heads, or those selected on probes (first use; forward passes counted under :data:`HEADS_TAG`).
+
+        Call it outside any question's usage tag: a tag's question id is inherited by nested tags.
+        """
         if self.heads is None:
-            selection = select_heads(
-                self.reader, graph, passage, self.num_heads, self.probes, self.probe_passages, self.seed, self.cache_dir
-            )
+            with self.reader.track(HEADS_TAG):
+                selection = select_heads(
+                    self.reader,
+                    graph,
+                    passage,
+                    self.num_heads,
+                    self.probes,
+                    self.probe_passages,
+                    self.seed,
+                    self.cache_dir,
+                )
             self.heads = selection.heads
         return self.heads
 
