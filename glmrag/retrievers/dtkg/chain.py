@@ -1,0 +1,172 @@
+"""The chained reasoning track (DTKG §3.3.2, Eqs. 9-14).
+
+1. The central entity ``e0``: named by the LLM, linked by Eq. 5. An empty
+   name falls back to the question's first linked seed of the index, else to
+   linking the question text (``central_fallback``).
+2. Expansion. The candidate relations of a path's last entity are its head
+   and tail triples, ``R(e) = R_head(e) ∪ R_tail(e)`` (Eqs. 9-11), except
+   those back to an entity already on the path. Each is scored against the
+   question by the two-stage scorer (Eqs. 6-7) as its triple's text (in an
+   OpenIE KG a relation phrase alone rarely pins the hop down); a path's score
+   is the product of its relations' scores (Eq. 12).
+3. Depth-first expansion with the four constraints of §3.3.2: depth at most
+   ``max_depth``; relations scoring below θ dropped; when more than
+   ``select_trigger`` candidates remain, the LLM selects at most
+   ``select_max`` (its reply read as a JSON list of numbers; unreadable:
+   ``select_fallback`` and the width rule instead); otherwise the ``max_width``
+   best by path score. The width is per expansion step over all paths of the
+   step, which is the O(D W) bound of App. A.7; so the DFS proceeds one layer
+   of depth at a time, and the sufficiency check runs "after each expansion
+   layer" (Eq. 13).
+4. Denoising (§3.4) screens candidates before the choice and, ``task_aware``,
+   drops chosen relations the LLM finds unnecessary (Eq. 16).
+5. After each layer below ``max_depth`` the LLM is asked whether the layer's
+   paths suffice (Eq. 13); ``yes`` stops the search. An unreadable reply
+   counts ``label_fallback`` and continues.
+6. The answer is generated only from the triples of the ``answer_paths`` best
+   paths of the last layer reached, ``P*`` (Eq. 14); an empty answer falls
+   back to the best path's last entity (``answer_fallback``).
+
+The triples used are those of ``P*``, each scored by the best path through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from glmrag.data.types import Question
+from glmrag.index.kg import KGIndex
+from glmrag.llm.base import LLM
+from glmrag.llm.parse import parse_choice, parse_json
+from glmrag.retrievers.dtkg import prompts
+from glmrag.retrievers.dtkg.denoise import Denoiser
+from glmrag.retrievers.dtkg.evidence import TrackResult, relation_label, triple_text, triples_of
+from glmrag.retrievers.dtkg.linking import EntityLinker, clean_mention
+from glmrag.retrievers.dtkg.parallel import first_line
+from glmrag.retrievers.dtkg.rerank import read_order
+from glmrag.retrievers.dtkg.scoring import TwoStageScorer
+from glmrag.retrievers.dtkg.settings import DTKGSettings
+
+
+@dataclass(frozen=True)
+class Path:
+    """``e0 -r1-> e1 ... -rk-> ek``: its entities, triple rows, and score (Eq. 12)."""
+
+    entities: tuple[int, ...]
+    triples: tuple[int, ...]
+    score: float
+
+    def extend(self, row: int, entity: int, relation_score: float) -> Path:
+        return Path((*self.entities, entity), (*self.triples, row), self.score * relation_score)
+
+
+def path_score(relation_scores) -> float:
+    """Eq. 12: the product of the path's relation scores (1 for the empty path)."""
+    return float(np.prod(np.asarray(relation_scores, dtype=np.float64)))
+
+
+class ChainTrack:
+    def __init__(
+        self,
+        llm: LLM,
+        settings: DTKGSettings,
+        scorer: TwoStageScorer,
+        denoiser: Denoiser,
+        linker: Callable[[KGIndex], EntityLinker],
+    ) -> None:
+        self.llm, self.settings, self.scorer, self.denoiser, self.linker = llm, settings, scorer, denoiser, linker
+
+    def central_entity(self, question: Question, index: KGIndex) -> int | None:
+        name = clean_mention(
+            self.llm.complete(prompts.central_entity(question.question), max_new_tokens=12, stop=["\n"])
+        )
+        if not name:
+            self.llm.usage.count("central_fallback")
+            seeds = index.seeds(question.id)
+            if seeds:
+                return seeds[0]
+        link = self.linker(index).link(name or question.question)
+        return None if link is None else link.entity
+
+    def candidates(self, index: KGIndex, frontier: list[Path]) -> list[tuple[Path, int, int]]:
+        """(path, triple row, next entity) for every relation leaving a frontier path's last entity (Eqs. 9-11)."""
+        out = []
+        for path in frontier:
+            last = path.entities[-1]
+            for row in triples_of(index, last):
+                h, _, t = (int(x) for x in index.triples[row])
+                nxt = t if h == last else h
+                if nxt not in path.entities:
+                    out.append((path, int(row), nxt))
+        return out
+
+    def select(self, question: str, index: KGIndex, pool: list[tuple[Path, int, int, float]]) -> list:
+        """§3.3.2 (ii)/(iv): the LLM's choice of at most ``select_max`` when the pool is excessive, else the
+        ``max_width`` best. ``pool`` is sorted by path score, best first."""
+        s = self.settings
+        if len(pool) > s.select_trigger:
+            texts = [triple_text(index, row) for _, row, _, _ in pool]
+            reply = self.llm.complete(prompts.select_relations(question, texts, s.select_max), max_new_tokens=16)
+            order = read_order(parse_json(reply, [], counter=self.llm.usage, expect=(list, tuple, int)), len(pool))
+            if order:
+                return [pool[i] for i in order[: s.select_max]]
+            self.llm.usage.count("select_fallback")
+        return pool[: s.max_width]
+
+    def expand(self, question: Question, index: KGIndex, frontier: list[Path], rng: np.random.Generator) -> list:
+        """One layer: the chosen extensions of ``frontier``, best path score first (may be empty)."""
+        cands = self.candidates(index, frontier)
+        if not cands:
+            return []
+        scored = self.scorer.score(question.question, [triple_text(index, row) for _, row, _ in cands], rng)
+        kept = [cands[p] for p in scored.positions]
+        keep = self.denoiser.screen([relation_label(index, row) for _, row, _ in kept], scored.scores)
+        keep &= scored.scores >= self.settings.threshold  # §3.3.2 (iii), whatever the denoising mode
+        pool = [(*c, float(v)) for c, v, k in zip(kept, scored.scores, keep, strict=True) if k]
+        pool.sort(key=lambda c: -c[0].score * c[3])  # stable: equal path scores keep the scorer's order
+        chosen = self.select(question.question, index, pool)
+        necessary = self.denoiser.necessary(question.question, [triple_text(index, row) for _, row, _, _ in chosen])
+        paths = [path.extend(row, nxt, v) for (path, row, nxt, v), ok in zip(chosen, necessary, strict=True) if ok]
+        return sorted(paths, key=lambda p: -p.score)
+
+    def sufficient(self, question: str, index: KGIndex, paths: list[Path]) -> bool:
+        """Eq. 13 over the triples of the layer's paths."""
+        rows = list(dict.fromkeys(row for p in paths for row in p.triples))
+        reply = self.llm.complete(
+            prompts.sufficient(question, [triple_text(index, r) for r in rows]), max_new_tokens=3, stop=["\n"]
+        )
+        return parse_choice(reply, ("yes", "no"), "no", counter=self.llm.usage) == "yes"
+
+    def run(self, question: Question, index: KGIndex, rng: np.random.Generator) -> TrackResult:
+        s = self.settings
+        e0 = self.central_entity(question, index)
+        layers: list[list[Path]] = []
+        checks = 0
+        frontier = [Path((e0,), (), 1.0)] if e0 is not None else []
+        for depth in range(1, s.max_depth + 1):
+            frontier = self.expand(question, index, frontier, rng) if frontier else []
+            if not frontier:
+                break
+            layers.append(frontier)
+            if depth < s.max_depth:
+                checks += 1
+                if self.sufficient(question.question, index, frontier):
+                    break
+        best = layers[-1][: s.answer_paths] if layers else []
+        facts = [triple_text(index, r) for r in dict.fromkeys(row for p in best for row in p.triples)]
+        answer = first_line(
+            self.llm.complete(prompts.answer_from(question.question, facts), max_new_tokens=24, stop=["\n"])
+        )
+        if not answer:
+            self.llm.usage.count("answer_fallback")
+            end = best[0].entities[-1] if best else e0
+            answer = index.entities[end] if end is not None else "unknown"
+        result = TrackResult("chain", answer)
+        for p in best:
+            for row in p.triples:
+                result.use(row, p.score)
+        result.trace = {"central": e0, "layers": layers, "checks": checks, "paths": best}
+        return result

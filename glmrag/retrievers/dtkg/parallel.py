@@ -1,0 +1,143 @@
+"""The parallel fact-checking track (DTKG §3.3.1, Eqs. 4-8).
+
+For a question ``Q``:
+
+1. a draft response ``R`` (one sentence), decomposed into atomic facts
+   ``F = llm_dec(R)`` (Eq. 4), read as a JSON list of strings (at most
+   ``max_facts``, App. A.7); an unreadable list falls back to ``F = [R]``
+   (``json_fallback`` from the parser, plus ``decompose_fallback``);
+2. the subject of each fact (one batched call), linked to a KG entity by
+   string similarity (Eq. 5, :class:`~glmrag.retrievers.dtkg.linking.EntityLinker`);
+   an empty subject links the fact's own text (``subject_fallback``);
+3. the subject's triples, head or tail, scored against the fact by the
+   two-stage scorer (Eqs. 6-7), screened by the denoiser (§3.4), and the top
+   ``verify_top`` kept as the fact's ``t*``;
+4. verification of each fact against its ``t*`` (one batched yes/no call); an
+   unreadable reply counts ``label_fallback`` and keeps the fact as supported;
+   unsupported facts are rewritten (Eq. 8, one batched call); an empty rewrite
+   keeps the fact (``rewrite_fallback``). A fact without triples is kept as
+   is, unverified;
+5. the answer, generated from the verified and rewritten facts; an empty one
+   falls back to the draft ``R`` (``answer_fallback``).
+
+The triples used are every fact's ``t*``, with their combined scores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from glmrag.data.types import Question
+from glmrag.index.kg import KGIndex
+from glmrag.llm.base import LLM
+from glmrag.llm.parse import parse_choice, parse_json
+from glmrag.retrievers.dtkg import prompts
+from glmrag.retrievers.dtkg.denoise import Denoiser
+from glmrag.retrievers.dtkg.evidence import TrackResult, relation_label, triple_text, triples_of
+from glmrag.retrievers.dtkg.linking import EntityLinker, clean_mention
+from glmrag.retrievers.dtkg.scoring import TwoStageScorer
+from glmrag.retrievers.dtkg.settings import DTKGSettings
+
+
+def first_line(text: str) -> str:
+    return text.strip().split("\n", 1)[0].strip() if text else ""
+
+
+class ParallelTrack:
+    def __init__(
+        self,
+        llm: LLM,
+        settings: DTKGSettings,
+        scorer: TwoStageScorer,
+        denoiser: Denoiser,
+        linker: Callable[[KGIndex], EntityLinker],
+    ) -> None:
+        self.llm, self.settings, self.scorer, self.denoiser, self.linker = llm, settings, scorer, denoiser, linker
+
+    def decompose(self, question: str, response: str) -> list[str]:
+        """Eq. 4: the atomic facts of ``response`` (at most ``max_facts``; ``[response]`` on fallback)."""
+        text = self.llm.complete(prompts.decompose(question, response), max_new_tokens=96)
+        value = parse_json(text, [], counter=self.llm.usage, expect=list)
+        facts = list(dict.fromkeys(f.strip() for f in value if isinstance(f, str) and f.strip()))
+        if not facts:
+            self.llm.usage.count("decompose_fallback")
+            return [response]
+        return facts[: self.settings.max_facts]
+
+    def evidence(
+        self, question: Question, index: KGIndex, facts: list[str], rng: np.random.Generator
+    ) -> tuple[list[int | None], list[list[tuple[int, float]]]]:
+        """Steps 2-3: each fact's linked entity and its top triples ``t*`` as (row, combined score), best first."""
+        gens = self.llm.generate([prompts.subject(f) for f in facts], max_new_tokens=12, stop=["\n"])
+        linker = self.linker(index)
+        entities: list[int | None] = []
+        for fact, g in zip(facts, gens, strict=True):
+            mention = clean_mention(g.text)
+            if not mention:
+                self.llm.usage.count("subject_fallback")
+            link = linker.link(mention or fact)
+            entities.append(None if link is None else link.entity)
+        rows = [triples_of(index, e) if e is not None else np.zeros(0, dtype=np.int64) for e in entities]
+        texts = [[triple_text(index, int(r)) for r in rs] for rs in rows]
+        scored = self.scorer.score_many(facts, texts, rng)
+        groups = []
+        for rs, s in zip(rows, scored, strict=True):
+            kept = rs[s.positions]
+            keep = self.denoiser.screen([relation_label(index, int(r)) for r in kept], s.scores)
+            groups.append([(int(r), float(v)) for r, v in zip(kept[keep], s.scores[keep], strict=True)])
+        groups = [g[: self.settings.verify_top] for g in self.denoiser.cross_redundant(groups)]
+        flat = [(i, row) for i, g in enumerate(groups) for row, _ in g]
+        necessary = self.denoiser.necessary(question.question, [triple_text(index, row) for _, row in flat])
+        dropped = {(i, row) for (i, row), ok in zip(flat, necessary, strict=True) if not ok}
+        return entities, [[(row, s) for row, s in g if (i, row) not in dropped] for i, g in enumerate(groups)]
+
+    def verify(self, index: KGIndex, facts: list[str], groups: list[list[tuple[int, float]]]) -> tuple[list, list]:
+        """Step 4: (supported per fact: True / False / None when unverifiable, the final facts)."""
+        evidence = {i: [triple_text(index, row) for row, _ in g] for i, g in enumerate(groups) if g}
+        gens = self.llm.generate(
+            [prompts.verify(facts[i], t) for i, t in evidence.items()], max_new_tokens=3, stop=["\n"]
+        )
+        supported: list[bool | None] = [None] * len(facts)
+        for i, g in zip(evidence, gens, strict=True):
+            supported[i] = parse_choice(g.text, ("yes", "no"), "yes", counter=self.llm.usage) == "yes"
+        wrong = [i for i, ok in enumerate(supported) if ok is False]
+        final = list(facts)
+        gens = self.llm.generate(
+            [prompts.rewrite(facts[i], evidence[i]) for i in wrong], max_new_tokens=40, stop=["\n"]
+        )
+        for i, g in zip(wrong, gens, strict=True):
+            revised = first_line(g.text)
+            if revised:
+                final[i] = revised
+            else:
+                self.llm.usage.count("rewrite_fallback")
+        return supported, final
+
+    def run(self, question: Question, index: KGIndex, rng: np.random.Generator) -> TrackResult:
+        draft = first_line(self.llm.complete(prompts.draft(question.question), max_new_tokens=32, stop=["\n"]))
+        if not draft:
+            self.llm.usage.count("draft_fallback")
+            draft = question.question
+        facts = self.decompose(question.question, draft)
+        entities, groups = self.evidence(question, index, facts, rng)
+        supported, final = self.verify(index, facts, groups)
+        text = self.llm.complete(prompts.answer_from(question.question, final), max_new_tokens=24, stop=["\n"])
+        answer = first_line(text)
+        if not answer:
+            self.llm.usage.count("answer_fallback")
+            answer = draft
+        result = TrackResult("parallel", answer)
+        for group in groups:
+            for row, score in group:
+                result.use(row, score)
+        result.trace = {
+            "draft": draft,
+            "facts": facts,
+            "entities": entities,
+            "evidence": groups,
+            "supported": supported,
+            "final_facts": final,
+        }
+        return result

@@ -1,0 +1,187 @@
+"""DTKG (Dual-Track KG-verified reasoning, paper 000) as a retriever of the shared evaluator.
+
+Per question: the router (§3.2, or a fixed mode of Table 2) picks the
+parallel fact-checking track (§3.3.1,
+:class:`~glmrag.retrievers.dtkg.parallel.ParallelTrack`) or the chained
+reasoning track (§3.3.2, :class:`~glmrag.retrievers.dtkg.chain.ChainTrack`);
+both share the two-stage scorer (Eqs. 6-7, Table 3) and the denoiser (§3.4,
+Table 4). The track's answer goes to :attr:`DTKGRetriever.answers` (scored
+with EM/F1), the passages of the triples it used head the ranking, and dense
+order fills the rest (:mod:`~glmrag.retrievers.dtkg.ranking`).
+
+Every LLM call runs under ``llm.track(name, question.id)``; :meth:`llm_cost`
+returns what the last :meth:`retrieve` spent per question (calls, tokens,
+seconds and fallback events). Randomness (``random`` mode and scoring) comes
+from a generator seeded by ``seed`` and the question id, so a question's run
+does not depend on the others in the batch.
+
+The paper grounds in Wikidata; here the KG is the dataset's OpenIE index
+(:class:`~glmrag.index.kg.KGIndex`), entities are linked to its names, and
+triples are read as ``"head relation tail"``. Constants: :mod:`~glmrag.retrievers.dtkg.settings`.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from glmrag.data.types import Corpus, Question
+from glmrag.index.embed import DEFAULT_MODEL
+from glmrag.index.kg import KGIndex
+from glmrag.llm.base import LLM, Usage
+from glmrag.retrievers.base import Ranking
+from glmrag.retrievers.dense import DenseRetriever, passage_text
+from glmrag.retrievers.dtkg import settings as defaults
+from glmrag.retrievers.dtkg.chain import ChainTrack
+from glmrag.retrievers.dtkg.classifier import TrackRouter
+from glmrag.retrievers.dtkg.denoise import Denoiser
+from glmrag.retrievers.dtkg.evidence import TrackResult
+from glmrag.retrievers.dtkg.linking import EntityLinker
+from glmrag.retrievers.dtkg.parallel import ParallelTrack
+from glmrag.retrievers.dtkg.ranking import rank_passages, used_passages
+from glmrag.retrievers.dtkg.rerank import Reranker, make_reranker
+from glmrag.retrievers.dtkg.scoring import TextEmbeddings, TwoStageScorer
+from glmrag.retrievers.dtkg.settings import DTKGSettings
+
+log = logging.getLogger(__name__)
+
+
+def question_rng(seed: int, question_id: str) -> np.random.Generator:
+    """A generator that depends only on ``seed`` and the question."""
+    return np.random.default_rng([seed, zlib.crc32(question_id.encode())])
+
+
+def usage_since(now: Usage, before: Usage | None) -> Usage:
+    """``now - before`` field by field (the usage of one retrieve on a counter that outlives it)."""
+    if before is None:
+        return now
+    events = {k: n - before.events.get(k, 0) for k, n in now.events.items()}
+    return Usage(
+        now.calls - before.calls,
+        now.cache_hits - before.cache_hits,
+        now.prompt_tokens - before.prompt_tokens,
+        now.generated_tokens - before.generated_tokens,
+        now.seconds - before.seconds,
+        {k: n for k, n in events.items() if n},
+    )
+
+
+class DTKGRetriever:
+    """DTKG: classify, run the chosen track over the KG, answer, and rank the passages it used first.
+
+    Args:
+        llm: the language model of every step (passed in, e.g. ``configs/llm/local.yaml``).
+        embed_model: sentence-transformers name or path of ``h(.)`` (Eq. 6) and the dense fill.
+        reranker: ``"llm"`` (listwise by ``llm``, App. A.4), a cross-encoder name or path, or a Reranker.
+        mode, scoring, denoise: the ablations of DTKG Tables 2, 3, 4 (:mod:`~glmrag.retrievers.dtkg.settings`).
+        candidates ... keywords: the constants of :class:`~glmrag.retrievers.dtkg.settings.DTKGSettings`.
+        name: the method name (the usage tag and the system name in reports).
+        seed: seeds the ``random`` mode and scoring.
+        cache_dir: where the dense passage embeddings are cached (shared with the ``dense`` baseline).
+        encoder: any object with ``encode(texts) -> (N, d)`` unit rows in place of the embedder (tests).
+    """
+
+    def __init__(
+        self,
+        llm: LLM,
+        embed_model: str = DEFAULT_MODEL,
+        reranker: str | Reranker = "llm",
+        mode: str = "auto",
+        scoring: str = "hybrid",
+        denoise: str = "task_aware",
+        candidates: int = defaults.CANDIDATES,
+        alpha: float = defaults.ALPHA,
+        max_depth: int = defaults.MAX_DEPTH,
+        max_width: int = defaults.MAX_WIDTH,
+        threshold: float = defaults.THRESHOLD,
+        select_trigger: int = defaults.SELECT_TRIGGER,
+        select_max: int = defaults.SELECT_MAX,
+        necessity_threshold: float = defaults.NECESSITY_THRESHOLD,
+        verify_top: int = defaults.VERIFY_TOP,
+        answer_paths: int = defaults.ANSWER_PATHS,
+        max_facts: int = defaults.MAX_FACTS,
+        keywords: Sequence[str] = defaults.INVALID_KEYWORDS,
+        name: str = "dtkg",
+        seed: int = 0,
+        cache_dir: str | Path | None = None,
+        batch_size: int = 256,
+        encoder=None,
+    ) -> None:
+        self.settings = DTKGSettings(
+            mode=mode,
+            scoring=scoring,
+            denoise=denoise,
+            candidates=candidates,
+            alpha=alpha,
+            max_depth=max_depth,
+            max_width=max_width,
+            threshold=threshold,
+            select_trigger=select_trigger,
+            select_max=select_max,
+            necessity_threshold=necessity_threshold,
+            verify_top=verify_top,
+            answer_paths=answer_paths,
+            max_facts=max_facts,
+            keywords=tuple(keywords),
+        )
+        self.llm, self.name, self.seed = llm, name, seed
+        self.reranker = make_reranker(reranker, llm)
+        self.dense = DenseRetriever(embed_model, batch_size=batch_size, cache_dir=cache_dir)
+        self.encoder = encoder
+        self.embed = TextEmbeddings(encoder if encoder is not None else self.dense.embedder)
+        scorer = TwoStageScorer(self.embed, self.reranker, candidates, alpha, scoring)
+        denoiser = Denoiser(self.settings, llm)
+        self.router = TrackRouter(llm, mode)
+        self.tracks = {
+            "parallel": ParallelTrack(llm, self.settings, scorer, denoiser, self.linker),
+            "chain": ChainTrack(llm, self.settings, scorer, denoiser, self.linker),
+        }
+        self.answers: dict[str, str] = {}
+        self.results: dict[str, TrackResult] = {}
+        self._linker: tuple[KGIndex, EntityLinker] | None = None
+        self._cost: dict[str, Usage] = {}
+
+    def linker(self, index: KGIndex) -> EntityLinker:
+        """Eq. 5 over ``index``'s entity names, built on first use and kept while the same index is passed."""
+        if self._linker is None or self._linker[0] is not index:
+            self._linker = (index, EntityLinker(index.entities))
+        return self._linker[1]
+
+    def passage_cosines(self, questions: Sequence[Question], corpus: Corpus) -> np.ndarray:
+        """Dense cosines of questions and passages. Shapes: -> (B, P)."""
+        if self.encoder is None:
+            passages = self.dense.passage_matrix(corpus)  # (P, d), cached per corpus and model
+        else:
+            passages = np.asarray(self.encoder.encode([passage_text(p) for p in corpus]), dtype=np.float32)
+        queries = self.embed([q.question for q in questions])  # (B, d)
+        return queries @ passages.T
+
+    def answer(self, question: Question, index: KGIndex) -> TrackResult:
+        """Route one question and run its track (LLM calls tagged with the question)."""
+        rng = question_rng(self.seed, question.id)
+        with self.llm.track(self.name, question.id):
+            track = self.router.route(question.question, rng)
+            return self.tracks[track].run(question, index, rng)
+
+    def retrieve(self, questions: Sequence[Question], index: KGIndex, corpus: Corpus, top_k: int = 10) -> list[Ranking]:
+        """Answer every question (filling :attr:`answers`) and rank the passages of the triples used first."""
+        before = self.llm.usage.by_question(self.name)
+        self.answers, self.results = {}, {}
+        cosines = self.passage_cosines(questions, corpus) if questions else np.zeros((0, len(corpus)))
+        rankings = []
+        for q, cosine in zip(questions, cosines, strict=True):
+            result = self.answer(q, index)
+            self.answers[q.id], self.results[q.id] = result.answer, result
+            rankings.append(rank_passages(q.id, used_passages(index, result.triples), cosine, corpus, top_k))
+            log.info("%s %s: %s track, %d triples used", self.name, q.id, result.track, len(result.triples))
+        after = self.llm.usage.by_question(self.name)
+        self._cost = {q.id: usage_since(after.get(q.id, Usage()), before.get(q.id)) for q in questions}
+        return rankings
+
+    def llm_cost(self) -> dict[str, Usage]:
+        """LLM usage per question id of the last :meth:`retrieve` (DTKG Table 6's cost, measured)."""
+        return dict(self._cost)

