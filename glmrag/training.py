@@ -32,6 +32,7 @@ WANDB_HOST = "api.wandb.ai"
 KEY_SETTINGS = (
     "data.name",
     "datamodule.limit",
+    "datamodule.train_fraction",
     "model.hidden_channels",
     "model.num_layers",
     "model.use_node_features",

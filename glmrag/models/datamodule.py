@@ -265,6 +265,36 @@ class KGCCollate:
         }
 
 
+# --- A share of the training questions (GLM-RAG Fig. 7) --------------------------------------------
+
+
+def check_train_fraction(fraction: float) -> float:
+    """``fraction`` as a float in (0, 1], else a ValueError that says how to fix the config."""
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0.0 < fraction <= 1.0:
+        raise ValueError(
+            f"datamodule.train_fraction (configs/datamodule/*.yaml) must be a number in (0, 1], "
+            f"got {fraction!r}; e.g. 0.25 trains on a quarter of the training questions, 1.0 on all of them"
+        )
+    return float(fraction)
+
+
+def fraction_of(questions: Sequence[Question], fraction: float, seed: int) -> list[Question]:
+    """``ceil(fraction * n)`` of the ``n`` questions (at least one), chosen by ``seed``, in their original order.
+
+    Each question gets the rank of ``sha256(f"{seed}/{id}")``; the subset is the lowest ranks. Hence the
+    draw is the same in every process and Python session (DDP ranks agree without communicating), a
+    smaller fraction is a subset of a larger one with the same seed (GLM-RAG Fig. 7 grows one training
+    set), and a question's membership depends on its id only, not on its position in the split.
+    """
+    fraction = check_train_fraction(fraction)
+    if fraction == 1.0 or not questions:
+        return list(questions)
+    keep = max(1, math.ceil(fraction * len(questions) - 1e-9))  # 0.3 * 10 is 3.0000000000000004
+    rank = sorted(range(len(questions)), key=lambda i: hashlib.sha256(f"{seed}/{questions[i].id}".encode()).digest())
+    chosen = set(rank[:keep])
+    return [q for i, q in enumerate(questions) if i in chosen]
+
+
 # --- The DataModules ---------------------------------------------------------------------------------
 
 
@@ -293,6 +323,18 @@ class KGDataModule(LightningDataModule):
         """The KG index of dataset ``kg``, available after :meth:`setup`."""
         return self.indexes[kg]
 
+    def split_questions(self, name: str, split_name: str) -> list[Question]:
+        """The questions of ``split_name`` (``train_split``, ...) of dataset ``name`` that this run reads.
+
+        The first ``limit`` questions of the split; for training, then the ``train_fraction`` of them drawn
+        by :func:`fraction_of` with the run's ``seed`` (validation and test are never subsampled).
+        """
+        hp = self.hparams
+        questions = list(load_dataset(name, split=hp[split_name], limit=hp.limit, root=hp.root).qa)
+        if split_name == "train_split":
+            questions = fraction_of(questions, hp.train_fraction, hp.seed)
+        return questions
+
     def _index_cfg(self, name: str) -> DictConfig:
         return dataset_index_config(self.hparams.index, name)
 
@@ -315,6 +357,8 @@ class KGQADataModule(KGDataModule):
         root: data folder of external datasets (None: ``$GLMRAG_DATA_DIR`` or ``../shared/data``).
         train_split, val_split, test_split: registry splits; None skips that stage's data.
         limit: keep the first ``limit`` questions of each split of each dataset (None: all).
+        train_fraction: train on this share in (0, 1] of the training questions of each dataset, drawn with
+            ``seed`` and nested across fractions (GLM-RAG App. C, Fig. 7 data scaling; :func:`fraction_of`).
         batch_size: GLOBAL batch size, split evenly over devices (GLM-RAG Table 14, GFM-RAG: 4).
         num_workers: DataLoader workers.
         seed: shuffling seed (the order also depends on the epoch).
@@ -334,6 +378,7 @@ class KGQADataModule(KGDataModule):
         val_split: str | None = "validation",
         test_split: str | None = "test",
         limit: int | None = None,
+        train_fraction: float = 1.0,
         batch_size: int = 4,
         num_workers: int = 0,
         seed: int = 0,
@@ -346,6 +391,7 @@ class KGQADataModule(KGDataModule):
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
         datasets, index = self.plain_arguments(datasets, index)
+        train_fraction = check_train_fraction(train_fraction)
         self.save_hyperparameters(logger=False)
         self.inputs_cache_dir = inputs_cache_dir or default_inputs_cache_dir()
         self.batch_size_per_device = batch_size
@@ -395,20 +441,21 @@ class KGQADataModule(KGDataModule):
             else:
                 train = split_name == "train_split"
                 self.records[split_name] = [
-                    r for name in self.hparams.datasets for r in self._qa_records(name, split, train)
+                    r for name in self.hparams.datasets for r in self._qa_records(name, split_name, train)
                 ]
 
-    def _qa_records(self, name: str, split: str, train: bool) -> list[QARecord]:
+    def _qa_records(self, name: str, split_name: str, train: bool) -> list[QARecord]:
         """The questions of one split; training drops those without target entities (as GFM-RAG)."""
         index = self.indexes[name]
-        questions = load_dataset(name, split=split, limit=self.hparams.limit, root=self.hparams.root).qa
+        questions = self.split_questions(name, split_name)
         records = [
             QARecord(name, q.id, tuple(index.entities_of_passages(list(q.supporting))), q.supporting) for q in questions
         ]
         if train:
             kept = [r for r in records if r.target]
             if len(kept) < len(records):
-                log.info("%s/%s: %d questions without target entities dropped", name, split, len(records) - len(kept))
+                dropped = len(records) - len(kept)
+                log.info("%s/%s: %d questions without target entities dropped", name, self.hparams[split_name], dropped)
             records = kept
         return records
 

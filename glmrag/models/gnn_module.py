@@ -20,6 +20,21 @@ passages excluded, as the evaluator does).
 The KGs come from the DataModule (:class:`~glmrag.models.datamodule.KGQADataModule`):
 in ``setup`` the module checks it and later reads ``trainer.datamodule.graph(kg)``
 and ``.index(kg)``; nothing graph-sized is stored in the module or its checkpoints.
+
+Subgraph restriction (GLM-RAG §5.5, Table 3: GFM-RAG* reading at most 600 / 500 /
+400 / 300 triplets of each question's 2-hop subgraph). With ``max_triplets`` set,
+the module selects each question's subgraph with the GLM's own call
+(:func:`question_subgraphs`: :func:`~glmrag.graph.subgraph.select_subgraph` with
+the seed :meth:`~glmrag.models.glm_inputs.SubgraphSettings.bfs_seed`), so GLM and
+GNN read the same triplets for the same ``max_hops``, ``max_triplets`` and
+``subgraph_seed``. The GNN then passes messages of each question along its own
+subgraph only (:class:`~glmrag.nn.gnn.SubgraphBatch`), entities outside it get
+``-inf``, and the loss is normalised over the subgraph's entities, as the GLM's
+masked ListCE (GLM-RAG App. B.2). The settings are hyper-parameters, so a
+:class:`~glmrag.retrievers.checkpoint.CheckpointRetriever` rebuilds the same
+subgraphs; the module selects them itself from the DataModule's index (cached per
+question), so the DataModule needs no subgraph settings. KG-completion
+pretraining (``stage="kgc"``) always runs on the whole KG, as in GFM-RAG.
 """
 
 from __future__ import annotations
@@ -31,11 +46,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from glmrag.graph.subgraph import MAX_HOPS, Subgraph, select_subgraph
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
+from glmrag.models.glm_inputs import SubgraphSettings
 from glmrag.models.losses import gfm_rag_loss
 from glmrag.models.retriever_module import RetrieverModule
-from glmrag.nn.gnn import GNNConfig, QueryGNN
+from glmrag.nn.gnn import GNNConfig, QueryGNN, SubgraphBatch
 from glmrag.nn.graph_inputs import GraphInputs
 from glmrag.nn.kgc import ADVERSARIAL_TEMPERATURE, NUM_NEGATIVES, kgc_loss, sample_kgc_batch
 from glmrag.retrievers.entity_ranking import DOC_RANKER_ENTITIES, rank_passages
@@ -50,12 +67,35 @@ def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=LEARNING_RATE)
 
 
+def question_subgraphs(index: KGIndex, question_ids: Sequence[str], settings: SubgraphSettings) -> list[Subgraph]:
+    """Each question's budgeted subgraph, selected exactly as the GLM's records select it.
+
+    The call and its arguments are :func:`glmrag.models.glm_inputs.question_record`'s: the question's
+    linked seeds, ``settings.max_hops``, ``settings.max_triplets`` and the BFS seed
+    ``settings.bfs_seed(question_id)`` (GLM-RAG App. C).
+    """
+    return [
+        select_subgraph(index, index.seeds(q), settings.max_hops, settings.max_triplets, seed=settings.bfs_seed(q))
+        for q in question_ids
+    ]
+
+
+def subgraph_batch(index: KGIndex, subgraphs: Sequence[Subgraph]) -> SubgraphBatch:
+    """The :class:`SubgraphBatch` of selected subgraphs: their triples and their entities (seeds included)."""
+    return SubgraphBatch.from_triples(
+        [index.triples[s.triples] for s in subgraphs], [s.entities for s in subgraphs], index.num_relations
+    )
+
+
 class GNNRetrieverModule(RetrieverModule):
     """Trains a :class:`QueryGNN` to score the entities of a question's supporting passages.
 
     Args:
         hidden_channels, num_layers, question_dim, relation_dim, node_dim, use_node_features, query_injection,
             dropout: the fields of :class:`~glmrag.nn.gnn.GNNConfig`.
+        max_hops, max_triplets, subgraph_seed: restrict each question to the subgraph the GLM reads (GLM-RAG
+            §5.5, Table 3; selection GLM-RAG App. C: 2 hops); ``max_triplets=None`` runs on the whole KG
+            (GFM-RAG) and ignores the other two.
         optimizer: ``params -> Optimizer`` (Hydra ``_partial_: true``); None: AdamW lr 5e-4.
         scheduler: ``optimizer -> LRScheduler`` (``_partial_: true``), stepped per epoch on ``val/loss``; or None.
         bce_weight, listce_weight, temperature: :func:`gfm_rag_loss` (GFM-RAG: 0.3, 0.7, 0.2).
@@ -79,6 +119,9 @@ class GNNRetrieverModule(RetrieverModule):
         use_node_features: bool = False,
         query_injection: str = "all",
         dropout: float = 0.0,
+        max_hops: int = MAX_HOPS,
+        max_triplets: int | None = None,
+        subgraph_seed: int = 0,
         optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
         scheduler: Callable[[torch.optim.Optimizer], Any] | None = None,
         bce_weight: float = 0.3,
@@ -97,6 +140,11 @@ class GNNRetrieverModule(RetrieverModule):
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
         ks = self.init_evaluation(ks, ranker)  # checked, and a plain tuple in the checkpoint
+        self.subgraph_settings = (
+            None
+            if max_triplets is None
+            else SubgraphSettings(max_hops=max_hops, max_triplets=max_triplets, seed=subgraph_seed)
+        )  # validated here: negative budgets raise
         # Optimizer and scheduler factories are not hyper-parameters: a checkpoint holds plain values only,
         # so it loads with torch.load(weights_only=True).
         self.save_hyperparameters(ignore=["optimizer", "scheduler"], logger=False)
@@ -118,12 +166,14 @@ class GNNRetrieverModule(RetrieverModule):
             gfm_rag_loss, bce_weight=bce_weight, listce_weight=listce_weight, temperature=temperature
         )
         self._graphs: dict[tuple[str, torch.device], GraphInputs] = {}
+        self._subgraphs: dict[tuple[str, str], Subgraph] = {}
 
     # -- the KGs, handed over by the DataModule --
 
     def setup(self, stage: str) -> None:
         """Check the DataModule (the source of the KGs) and, for ``fit``, load ``init_from``."""
         self._graphs.clear()
+        self._subgraphs.clear()
         self.reset_metrics(stage)
         dm = getattr(self.trainer, "datamodule", None)
         if dm is None or not callable(getattr(dm, "graph", None)) or not callable(getattr(dm, "index", None)):
@@ -161,24 +211,56 @@ class GNNRetrieverModule(RetrieverModule):
     def index(self, kg: str) -> KGIndex:
         return self.trainer.datamodule.index(kg)
 
+    def subgraphs(self, kg: str, question_ids: Sequence[str]) -> SubgraphBatch | None:
+        """The questions' subgraphs in the DataModule's index of ``kg``, on this module's device; None when
+        the GNN runs on the whole KG. Each question's subgraph is selected once (it is deterministic)."""
+        if self.subgraph_settings is None:
+            return None
+        index = self.index(kg)
+        missing = [q for q in dict.fromkeys(question_ids) if (kg, q) not in self._subgraphs]
+        for q, sub in zip(missing, question_subgraphs(index, missing, self.subgraph_settings), strict=True):
+            self._subgraphs[kg, q] = sub
+        return subgraph_batch(index, [self._subgraphs[kg, q] for q in question_ids]).to(self.device)
+
     # -- forward and the shared step --
 
-    def forward(self, graph: GraphInputs, question_emb: torch.Tensor, seed_weight: torch.Tensor) -> torch.Tensor:
-        """Entity logits of a batch of questions on one KG.
+    def forward(
+        self,
+        graph: GraphInputs,
+        question_emb: torch.Tensor,
+        seed_weight: torch.Tensor,
+        subgraphs: SubgraphBatch | None = None,
+    ) -> torch.Tensor:
+        """Entity logits of a batch of questions on one KG; ``-inf`` outside each question's subgraph.
+
+        A module with ``max_triplets`` set needs the questions' ``subgraphs`` (:meth:`subgraphs`, or
+        :func:`subgraph_batch` of :func:`question_subgraphs` without a DataModule).
 
         Shapes: **question_emb** ``(B, question_dim)``, **seed_weight** ``(B, E)`` -> ``(B, E)``.
         """
-        return self.gnn(graph, question_emb, seed_weight)
+        if (subgraphs is None) != (self.subgraph_settings is None):
+            raise ValueError(
+                f"this GNN has max_triplets={self.hparams.max_triplets}: pass subgraphs exactly when it is set "
+                "(GNNRetrieverModule.subgraphs(kg, question_ids) builds them)"
+            )
+        return self.gnn(graph, question_emb, seed_weight, subgraphs=subgraphs)
 
     def model_step(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """Loss and entity logits of a QA batch; the loss covers the rows marked ``real``.
 
+        With subgraphs, the loss sees only each question's subgraph entities (GLM-RAG App. B.2: the
+        partition function of ListCE and the BCE run over the scored entities; a target entity outside
+        the subgraph cannot be ranked and is left out, as for the GLM).
+
         Shapes: batch ``question_emb`` (B, d), ``seed_weight``, ``target`` (B, E), ``real`` (B,)
             -> loss (), logits (B, E).
         """
-        logits = self(self.graph(batch["kg"]), batch["question_emb"], batch["seed_weight"])  # (B, E)
+        graph = self.graph(batch["kg"])
+        subgraphs = self.subgraphs(batch["kg"], batch["question_ids"])
+        logits = self(graph, batch["question_emb"], batch["seed_weight"], subgraphs)  # (B, E)
         real = batch["real"]
-        loss = self.loss_fn(logits[real], batch["target"][real])  # 0 when no row is real
+        mask = None if subgraphs is None else subgraphs.entity_mask(graph.num_nodes)[real]  # (B', E)
+        loss = self.loss_fn(logits[real], batch["target"][real], mask)  # 0 when no row is real
         return loss, logits
 
     def kgc_step(self, batch: dict[str, Any]) -> torch.Tensor:

@@ -64,7 +64,12 @@ from glmrag.index.cache import get_index
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.io import atomic_write_bytes, atomic_write_text, cache_root, default_mode
-from glmrag.models.datamodule import KGDataModule, cached_question_embeddings, default_inputs_cache_dir
+from glmrag.models.datamodule import (
+    KGDataModule,
+    cached_question_embeddings,
+    check_train_fraction,
+    default_inputs_cache_dir,
+)
 from glmrag.models.glm_inputs import RECORD_SCHEMA, GLMCollate, SubgraphSettings, load_tokenizer, question_record
 
 log = logging.getLogger(__name__)
@@ -291,7 +296,8 @@ class SubgraphDataModule(KGDataModule):
     """GLM inputs of one or several KG-indexed datasets, streamed from cached shards (module docstring).
 
     Args:
-        datasets, index, root, train_split, val_split, test_split, limit, num_workers, seed, embed_model:
+        datasets, index, root, train_split, val_split, test_split, limit, train_fraction, num_workers, seed,
+            embed_model:
             as :class:`~glmrag.models.datamodule.KGQADataModule`.
         batch_size: GLOBAL batch size, split evenly over devices (GLM-RAG Table 14: 2).
         tokenizer: the GLM's tokenizer: a hub name, a folder, or an ``offline:`` model; must match the module's.
@@ -311,6 +317,7 @@ class SubgraphDataModule(KGDataModule):
         val_split: str | None = "validation",
         test_split: str | None = "test",
         limit: int | None = None,
+        train_fraction: float = 1.0,
         batch_size: int = 2,
         num_workers: int = 0,
         seed: int = 0,
@@ -328,6 +335,7 @@ class SubgraphDataModule(KGDataModule):
     ) -> None:
         super().__init__()
         datasets, index = self.plain_arguments(datasets, index)
+        train_fraction = check_train_fraction(train_fraction)
         if shard_size < 1 or shuffle_buffer < 1 or batch_size < 1:
             raise ValueError(f"batch_size={batch_size}, shard_size={shard_size}, shuffle_buffer={shuffle_buffer}: >= 1")
         self.save_hyperparameters(logger=False)
@@ -346,7 +354,7 @@ class SubgraphDataModule(KGDataModule):
         for split_name in SPLIT_NAMES:
             if (split := hp[split_name]) is None:
                 continue
-            questions = list(load_dataset(name, split=split, limit=hp.limit, root=hp.root).qa)
+            questions = self.split_questions(name, split_name)
             train = split_name == "train_split"
             ids = [q.id for q in questions]
             key = split_key(index, self.settings, hp.tokenizer, vocab_size, hp.embed_model, ids, drop_untargeted=train)

@@ -22,12 +22,25 @@ contiguous rows of ``B * H`` floats, and a relation vector is broadcast over
 the batch instead of being copied per question. (Flattening to ``(B * E, H)``
 would need an edge list B times as long with offsets ``b * E`` for the same
 arithmetic.) Memory is dominated by the ``(2T, B, H)`` messages of each layer.
+
+Budgeted subgraphs (GLM-RAG §5.5, Table 3: GFM-RAG* restricted to the GLM's
+600 / 500 / 400 / 300 triplets of each question's 2-hop subgraph): with a
+:class:`SubgraphBatch` the questions no longer share a graph, so the batch is
+laid out as PyG batches graphs, one disjoint union of per-question copies of
+each subgraph, ``(N, H)`` with ``N = sum_b N_b`` local nodes. A per-(question,
+edge) mask on the ``(2T, B, H)`` messages would also be exact, but would keep
+the whole-KG cost (every edge, every entity, every question) to compute
+messages that are then zeroed; the union costs ``O((N + 2S) H)`` per layer and
+only the subgraph's entities are ever updated, which is what a question
+restricted to its subgraph can score anyway.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -137,6 +150,91 @@ class QueryRelationalConv(MessagePassing):
         return f"{self.__class__.__name__}({self.hidden_channels})"
 
 
+@dataclass
+class SubgraphBatch:
+    """The budgeted subgraphs of B questions as one disjoint union (see the module docstring).
+
+    Question ``b`` owns the local nodes ``node_question == b``, one per entity of its subgraph, and the
+    edges between them: each of its triples ``h -> t`` and the inverse ``t -> h``, as
+    :class:`~glmrag.nn.graph_inputs.GraphInputs` adds them. No edge joins two questions, so message
+    passing of one question reads only its own subgraph. Build it with :meth:`from_triples`.
+    """
+
+    node_entity: torch.Tensor
+    """(N,) long: the KG entity id of each local node."""
+    node_question: torch.Tensor
+    """(N,) long: the question (batch row) each local node belongs to."""
+    edge_index: torch.Tensor
+    """(2, 2S) long, local nodes: the S triples of all questions ``h -> t``, then their inverses ``t -> h``."""
+    relation_ids: torch.Tensor
+    """(K,) long: the distinct edge types in ``[0, 2R)`` the edges use (only these relations are projected)."""
+    edge_relation: torch.Tensor
+    """(2S,) long: each edge's type as a position in :attr:`relation_ids`."""
+    num_questions: int
+    """B."""
+
+    @classmethod
+    def from_triples(
+        cls, triples: Sequence[np.ndarray], entities: Sequence[np.ndarray], num_relations: int
+    ) -> SubgraphBatch:
+        """One question per item: ``triples[b]`` ``(S_b, 3)`` (head, relation, tail) rows of the KG and
+        ``entities[b]`` ``(N_b,)`` the distinct entities it may score (every triple endpoint among them).
+
+        ``num_relations`` is R: the inverse of relation ``r`` is edge type ``r + R``.
+
+        Shapes: ``B`` items of ``(S_b, 3)`` and ``(N_b,)`` -> ``N = sum N_b`` nodes, ``2S = 2 sum S_b`` edges.
+        """
+        if len(triples) != len(entities):
+            raise ValueError(f"got triples of {len(triples)} questions but entities of {len(entities)}")
+        nodes, heads, tails, rels, offset = [], [], [], [], 0
+        for b, (rows, ents) in enumerate(zip(triples, entities, strict=True)):
+            rows = np.asarray(rows, dtype=np.int64).reshape(-1, 3)  # (S_b, 3)
+            ents = np.asarray(ents, dtype=np.int64)  # (N_b,)
+            order = np.argsort(ents, kind="stable")
+            ends = rows[:, [0, 2]]  # (S_b, 2)
+            where = np.searchsorted(ents[order], ends).clip(max=max(len(ents) - 1, 0))  # (S_b, 2)
+            missing = rows.size and (not ents.size or not np.all(ents[order][where] == ends))
+            if len(np.unique(ents)) != len(ents) or missing:
+                raise ValueError(
+                    f"subgraph of batch row {b}: entities must be distinct and hold every triple's head and "
+                    "tail; pass Subgraph.entities of glmrag.graph.subgraph.select_subgraph"
+                )
+            local = order[where] + offset  # (S_b, 2)
+            nodes.append(ents)
+            heads.append(local[:, 0])
+            tails.append(local[:, 1])
+            rels.append(rows[:, 1])
+            offset += len(ents)
+        node_question = np.repeat(np.arange(len(nodes)), [len(n) for n in nodes])  # (N,)
+        head, tail, rel = (np.concatenate([np.empty(0, np.int64), *a]) for a in (heads, tails, rels))  # (S,)
+        edge_type = np.concatenate([rel, rel + num_relations])  # (2S,)
+        relation_ids, edge_relation = np.unique(edge_type, return_inverse=True)  # (K,), (2S,)
+        return cls(
+            node_entity=torch.from_numpy(np.concatenate([np.empty(0, np.int64), *nodes])),
+            node_question=torch.from_numpy(node_question.astype(np.int64)),
+            edge_index=torch.from_numpy(np.stack([np.concatenate([head, tail]), np.concatenate([tail, head])])),
+            relation_ids=torch.from_numpy(relation_ids.astype(np.int64)),
+            edge_relation=torch.from_numpy(edge_relation.reshape(-1).astype(np.int64)),
+            num_questions=len(nodes),
+        )
+
+    @property
+    def num_nodes(self) -> int:
+        """N, the local nodes of all questions."""
+        return self.node_entity.shape[0]
+
+    def entity_mask(self, num_entities: int) -> torch.Tensor:
+        """Which entities each question's subgraph scores. Shapes: -> ``(B, E)`` bool."""
+        mask = torch.zeros(self.num_questions, num_entities, dtype=torch.bool, device=self.node_entity.device)
+        scored = torch.ones_like(self.node_entity, dtype=torch.bool)  # (N,)
+        return mask.index_put_((self.node_question, self.node_entity), scored)  # (B, E)
+
+    def to(self, device: torch.device | str) -> SubgraphBatch:
+        """A copy with every tensor on ``device``."""
+        moved = {k: v.to(device) for k, v in vars(self).items() if torch.is_tensor(v)}
+        return SubgraphBatch(**moved, num_questions=self.num_questions)
+
+
 class QueryGNN(nn.Module):
     """The GFM-RAG entity retriever: a question and its seed entities in, one logit per entity out."""
 
@@ -162,16 +260,25 @@ class QueryGNN(nn.Module):
         query: torch.Tensor,
         seed_weight: torch.Tensor,
         edge_mask: torch.Tensor | None = None,
+        subgraphs: SubgraphBatch | None = None,
     ) -> torch.Tensor:
-        """Score every entity for a batch of questions.
+        """Score every entity for a batch of questions, or each question's subgraph entities only.
+
+        With ``subgraphs`` (GLM-RAG §5.5, Table 3), question ``b`` passes messages along its own
+        subgraph's edges only and scores only its subgraph's entities: see :meth:`score_subgraphs`.
 
         Shapes:
             - **query**: ``(B, question_dim)`` question embeddings
             - **seed_weight**: ``(B, E)``, from :func:`glmrag.nn.graph_inputs.seed_weights`
             - **edge_mask**: ``(2T,)`` bool, False drops an edge for the whole batch; None keeps all
-            - **output**: ``(B, E)`` logits
+            - **subgraphs**: a :class:`SubgraphBatch` of B questions, or None for the whole KG
+            - **output**: ``(B, E)`` logits; ``-inf`` outside a question's subgraph
         """
-        return self.score(graph, self.question_proj(query), seed_weight, edge_mask)
+        if subgraphs is None:
+            return self.score(graph, self.question_proj(query), seed_weight, edge_mask)
+        if edge_mask is not None:
+            raise ValueError("edge_mask and subgraphs cannot be combined: drop the edges from the subgraphs instead")
+        return self.score_subgraphs(graph, self.question_proj(query), seed_weight, subgraphs)
 
     def kgc_forward(
         self,
@@ -207,16 +314,7 @@ class QueryGNN(nn.Module):
 
         Shapes: **query** ``(B, H)``, **seed_weight** ``(B, E)`` -> ``(B, E)`` logits.
         """
-        if graph.relation_features.shape[1] != self.config.relation_dim:
-            raise ValueError(
-                f"graph.relation_features has {graph.relation_features.shape[1]} columns but "
-                f"GNNConfig.relation_dim is {self.config.relation_dim}; set relation_dim to the embedder's size"
-            )
-        if seed_weight.shape != (query.shape[0], graph.num_nodes):
-            raise ValueError(
-                f"seed_weight has shape {tuple(seed_weight.shape)}, "
-                f"expected (B, E) = {(query.shape[0], graph.num_nodes)}"
-            )
+        self._check(graph, query, seed_weight)
         edge_index, edge_type = graph.edge_index, graph.edge_type
         if edge_mask is not None:
             edge_index, edge_type = edge_index[:, edge_mask], edge_type[edge_mask]
@@ -231,6 +329,50 @@ class QueryGNN(nn.Module):
         logits = self.readout(torch.cat([x, q], dim=-1)).squeeze(-1)  # (E, B)
         return logits.t().contiguous()  # (B, E)
 
+    def score_subgraphs(
+        self, graph: GraphInputs, query: torch.Tensor, seed_weight: torch.Tensor, subgraphs: SubgraphBatch
+    ) -> torch.Tensor:
+        """:meth:`score` with each question restricted to its own subgraph (GLM-RAG §5.5, Table 3).
+
+        The layers run on the disjoint union of the questions' subgraphs: local node ``n`` of question
+        ``b`` starts from the boundary condition of entity ``node_entity[n]`` for question ``b`` and
+        receives messages along ``b``'s subgraph edges only. A local node's state is therefore the state
+        its entity has when the whole-KG GNN runs on a KG of only ``b``'s subgraph triples; entities
+        outside the subgraph get the logit ``-inf`` (ranked after every subgraph entity, no gradient).
+
+        Shapes:
+            - **query**: ``(B, H)``, **seed_weight**: ``(B, E)``
+            - local states ``(N, H)``, messages ``(2S, H)``: N subgraph entities and S triples in all
+            - **output**: ``(B, E)`` logits, ``-inf`` outside each question's subgraph
+        """
+        self._check(graph, query, seed_weight)
+        if subgraphs.num_questions != query.shape[0]:
+            raise ValueError(f"subgraphs hold {subgraphs.num_questions} questions but the batch has {query.shape[0]}")
+        rows, ents = subgraphs.node_question, subgraphs.node_entity  # (N,) each
+        # Projecting only the relations the subgraphs use gives the same rows as projecting all 2R.
+        relation = self.relation_proj(graph.relation_features.index_select(0, subgraphs.relation_ids))  # (K, H)
+        q = query.index_select(0, rows)  # (N, H)
+        w = seed_weight[rows, ents].unsqueeze(-1).to(query.dtype)  # (N, 1)
+        h0 = self._boundary(w * q, q, self._node_states(graph, ents))  # (N, H)
+        x = h0
+        for conv in self.convs:
+            x = conv(x, h0, subgraphs.edge_index, subgraphs.edge_relation, relation)  # (N, H)
+        local = self.readout(torch.cat([x, q], dim=-1)).squeeze(-1)  # (N,)
+        logits = local.new_full((query.shape[0], graph.num_nodes), float("-inf"))  # (B, E)
+        return logits.index_put((rows, ents), local)
+
+    def _check(self, graph: GraphInputs, query: torch.Tensor, seed_weight: torch.Tensor) -> None:
+        if graph.relation_features.shape[1] != self.config.relation_dim:
+            raise ValueError(
+                f"graph.relation_features has {graph.relation_features.shape[1]} columns but "
+                f"GNNConfig.relation_dim is {self.config.relation_dim}; set relation_dim to the embedder's size"
+            )
+        if seed_weight.shape != (query.shape[0], graph.num_nodes):
+            raise ValueError(
+                f"seed_weight has shape {tuple(seed_weight.shape)}, "
+                f"expected (B, E) = {(query.shape[0], graph.num_nodes)}"
+            )
+
     def initial_state(self, graph: GraphInputs, query: torch.Tensor, seed_weight: torch.Tensor) -> torch.Tensor:
         """The boundary condition h0.
 
@@ -238,8 +380,27 @@ class QueryGNN(nn.Module):
         """
         w = seed_weight.t().unsqueeze(-1).to(query.dtype)  # (E, B, 1)
         seeded = w * query.unsqueeze(0)  # (E, B, H): GFM-RAG, query at the seeds, zero elsewhere
-        if self.node_proj is None:
+        x = self._node_states(graph)  # (E, H) or None
+        return self._boundary(seeded, query.unsqueeze(0), None if x is None else x.unsqueeze(1))  # (E, B, H)
+
+    def _boundary(self, seeded: torch.Tensor, query: torch.Tensor, x: torch.Tensor | None) -> torch.Tensor:
+        """h0 from the seeded query ``w q`` and, for GFM-RAG+, the projected entity features ``x``.
+
+        Shapes: ``(E, B, H)``, ``(1, B, H)``, ``(E, 1, H)`` -> ``(E, B, H)``; or ``(N, H)`` each -> ``(N, H)``.
+        """
+        if x is None:
             return seeded
+        if self.config.query_injection == "seeds":
+            return x + seeded
+        return x * query + seeded
+
+    def _node_states(self, graph: GraphInputs, entities: torch.Tensor | None = None) -> torch.Tensor | None:
+        """GFM-RAG+: the projected text embeddings of ``entities`` (all when None); None for GFM-RAG.
+
+        Shapes: **entities** ``(N,)`` -> ``(N, H)``; None -> ``(E, H)``.
+        """
+        if self.node_proj is None:
+            return None
         if graph.node_features is None:
             raise ValueError(
                 "GNNConfig.use_node_features is set (GFM-RAG+) but graph.node_features is None; build the index "
@@ -250,7 +411,5 @@ class QueryGNN(nn.Module):
                 f"graph.node_features has {graph.node_features.shape[1]} columns but GNNConfig.node_dim is "
                 f"{self.config.node_dim}; set node_dim to the entity embedder's size"
             )
-        x = self.node_proj(graph.node_features).unsqueeze(1)  # (E, 1, H)
-        if self.config.query_injection == "seeds":
-            return x + seeded  # (E, B, H)
-        return x * query.unsqueeze(0) + seeded  # (E, B, H)
+        features = graph.node_features if entities is None else graph.node_features.index_select(0, entities)
+        return self.node_proj(features)  # (N, H)

@@ -6,6 +6,12 @@ checkpoint with Lightning's ``load_from_checkpoint`` (``torch.load`` with
 index for each question, and ranks passages with the same document ranker
 (:func:`~glmrag.retrievers.entity_ranking.rank_passages`) that the module's
 validation uses, so the evaluator reproduces ``val/recall@k``.
+
+A checkpoint trained with ``max_triplets`` (GFM-RAG* restricted to the GLM's
+subgraphs, GLM-RAG §5.5, Table 3) rebuilds each question's subgraph from the
+checkpoint's ``max_hops``, ``max_triplets`` and ``subgraph_seed`` with the
+module's own :func:`~glmrag.models.gnn_module.question_subgraphs`; entities
+outside it score ``-inf`` and are never ranked.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from glmrag.data.types import Corpus, Question
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
 from glmrag.models.datamodule import cached_graph_inputs, default_inputs_cache_dir
-from glmrag.models.gnn_module import GNNRetrieverModule
+from glmrag.models.gnn_module import GNNRetrieverModule, question_subgraphs, subgraph_batch
 from glmrag.nn.graph_inputs import GraphInputs, seed_weights
 from glmrag.retrievers.base import Ranking
 from glmrag.retrievers.entity_ranking import DOC_RANKER_ENTITIES, make_rankings, rank_passages, top_k_stable
@@ -67,19 +73,25 @@ class CheckpointRetriever:
         return cached[1]
 
     def entity_logits(self, questions: Sequence[Question], index: KGIndex) -> torch.Tensor:
-        """GNN logits of every entity for each question, on the CPU.
+        """GNN logits of every entity for each question, on the CPU; ``-inf`` outside a restricted
+        checkpoint's subgraphs.
 
         Shapes: questions (Q,) -> (Q, E) float32.
         """
+        settings = self.module.subgraph_settings
         graph = self.graph(index)
         question_emb = torch.from_numpy(self.embedder.encode([q.question for q in questions]))  # (Q, d)
         chunks = []
         with torch.inference_mode():
             for start in range(0, len(questions), self.batch_size):
                 batch = questions[start : start + self.batch_size]
-                seeds = seed_weights(index, [q.id for q in batch]).to(self.device)  # (b, E)
+                ids = [q.id for q in batch]
+                seeds = seed_weights(index, ids).to(self.device)  # (b, E)
                 query = question_emb[start : start + len(batch)].to(self.device)  # (b, d)
-                chunks.append(self.module(graph, query, seeds).float().cpu())  # (b, E)
+                subgraphs = None
+                if settings is not None:
+                    subgraphs = subgraph_batch(index, question_subgraphs(index, ids, settings)).to(self.device)
+                chunks.append(self.module(graph, query, seeds, subgraphs).float().cpu())  # (b, E)
         return torch.cat(chunks) if chunks else torch.zeros(0, index.num_entities)
 
     def retrieve(self, questions: Sequence[Question], index: KGIndex, corpus: Corpus, top_k: int = 10) -> list[Ranking]:

@@ -1,0 +1,70 @@
+"""benchmarks/gpu_train_throughput.py on CPU: tiny models, two steps each, the JSON it writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_train_throughput.py"
+RUN_KEYS = {
+    "system",
+    "model",
+    "num_parameters",
+    "global_batch",
+    "steps",
+    "warmup_steps",
+    "timed_steps",
+    "timed_questions",
+    "seconds",
+    "questions_per_s",
+    "peak_gib",
+    "val_recall@2",
+    "val_questions",
+}
+
+
+@pytest.mark.slow  # builds the musique100 index and GNN inputs in a fresh cache: minutes on 2 cores
+def test_cpu_smoke_run_writes_the_json(glmrag_cache, tmp_path):
+    out = tmp_path / "results" / "throughput.json"
+    argv = ["--device", "cpu", "--steps", "2", "--tiny", "--limit", "8", "--precision", "32-true", "--out", str(out)]
+    env = os.environ | {"GLMRAG_CACHE_DIR": str(glmrag_cache), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(SCRIPT), *argv], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert [p.name for p in out.parent.iterdir()] == ["throughput.json"]  # written by rename, no temporary left
+    assert result["precision"] == "32-true" and result["device"].startswith("cpu")
+    assert [r["system"] for r in result["runs"]] == ["gfm_rag_plus", "glm_rag"]
+    for run in result["runs"]:
+        assert set(run) == RUN_KEYS
+        assert (run["steps"], run["warmup_steps"], run["timed_steps"]) == (2, 1, 1)
+        assert run["timed_questions"] == run["global_batch"]  # one timed step of one device's whole batch
+        assert run["questions_per_s"] > 0 and run["seconds"] > 0
+        assert run["questions_per_s"] == pytest.approx(run["timed_questions"] / run["seconds"], rel=1e-3)
+        assert run["peak_gib"] is None  # no GPU
+        assert 0.0 <= run["val_recall@2"] <= 1.0 and run["val_questions"] == 8
+    gnn, glm = result["runs"]
+    assert gnn["global_batch"] == 4 and (gnn["model"]["hidden_channels"], gnn["model"]["num_layers"]) == (8, 1)
+    assert glm["global_batch"] == 2 and glm["model"]["t5"] == "random" and glm["model"]["max_triplets"] == 30
+    assert 0 < gnn["num_parameters"] < glm["num_parameters"]
+    assert json.loads(done.stdout[done.stdout.index("{") :]) == result  # printed as written
+
+
+def test_arguments_are_checked():
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import gpu_train_throughput as script
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    args = script.parse_args(["--device", "cpu", "--steps", "2"])
+    assert (args.warmup, args.systems, args.precision) == (1, ["gfm_rag_plus", "glm_rag"], "bf16-mixed")
+    assert script.parse_args(["--device", "cpu"]).warmup == 10
+    assert args.out == str(ROOT / "benchmarks" / "results" / "gpu_train_throughput.json")
+    with pytest.raises(SystemExit):
+        script.parse_args(["--device", "cpu", "--steps", "1"])  # no step left to time
+    assert script.T5_SMALL == {"d_model": 512, "d_ff": 2048, "num_layers": 6, "num_heads": 8, "d_kv": 64}
