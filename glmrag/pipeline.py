@@ -1,13 +1,22 @@
-"""The evaluation job: dataset -> cached KG index -> retrievers -> evaluator -> reports.
+"""The evaluation job: dataset -> cached KG index -> retrievers -> (QA reader) -> evaluator -> reports.
 
 This is the one place that wires the layers together from a Hydra config
 (``configs/eval.yaml``); ``eval.py`` is a thin wrapper around :func:`run_eval`.
+
+With ``qa=true`` every system also answers its questions (GLM-RAG §4.3, App. E): a retriever that
+answers itself (:class:`~glmrag.retrievers.base.AnsweringRetriever`) keeps its answers, every other
+one's top passages go to the reader (``cfg.reader``, a :class:`~glmrag.qa.QAReader`), and the
+evaluator adds EM/F1. The QA baselines of ``cfg.qa_baselines`` have no ranking, so they are scored
+apart (``settings.qa_baselines``). Whenever an LLM was used, each system's LLM cost per question
+(its retriever's, :class:`~glmrag.retrievers.base.LLMCostedRetriever`, plus the reader's) goes into
+``per_question.jsonl`` (``llm_*`` columns) and its mean into ``settings.llm_cost``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import hydra
@@ -15,11 +24,18 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from glmrag.data.registry import load_dataset
+from glmrag.data.types import Corpus, Question
 from glmrag.eval import EvalResult, evaluate, format_markdown, write_outputs
+from glmrag.eval.metrics import qa_metrics
+from glmrag.eval.report import COST_FIELDS, cost_columns
+from glmrag.eval.significance import Interval, bootstrap_ci
 from glmrag.eval.store import run_record, write_run
 from glmrag.index.cache import get_index
 from glmrag.index.embed import Embedder
-from glmrag.retrievers.base import Ranking, Retriever
+from glmrag.index.kg import KGIndex
+from glmrag.llm.base import Usage
+from glmrag.qa import ANSWER_FALLBACK, QAReader, baseline_contexts
+from glmrag.retrievers.base import AnsweringRetriever, LLMCostedRetriever, Ranking, Retriever
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +51,124 @@ def make_retrievers(cfg: DictConfig) -> dict[str, Retriever]:
     return retrievers
 
 
+def reader_tag(system: str) -> str:
+    """The usage tag of the reader's calls for ``system`` (a retriever or a QA baseline)."""
+    return f"qa:{system}"
+
+
+def make_reader(cfg: DictConfig) -> QAReader:
+    """The QA reader of ``cfg.reader`` with its LLM; built only when ``qa`` is true (loading a model is slow)."""
+    reader = hydra.utils.instantiate(cfg)
+    if not isinstance(reader, QAReader):
+        raise TypeError(f"cfg.reader built a {type(reader).__name__}; its _target_ must be glmrag.qa.QAReader")
+    return reader
+
+
+def answer_systems(
+    reader: QAReader,
+    retrievers: Mapping[str, Retriever],
+    rankings: Mapping[str, Sequence[Ranking]],
+    questions: Sequence[Question],
+    corpus: Corpus,
+) -> dict[str, dict[str, str]]:
+    """System -> question id -> answer: an answering retriever's own answers, the reader's for every other."""
+    answers: dict[str, dict[str, str]] = {}
+    for name, retriever in retrievers.items():
+        if isinstance(retriever, AnsweringRetriever):
+            missing = [q.id for q in questions if q.id not in retriever.answers]
+            if missing:
+                raise ValueError(
+                    f"retriever {name} answers its questions but has no answer for {len(missing)} of them "
+                    f"(e.g. {missing[:3]}); its retrieve() must set answers[question_id] for every question"
+                )
+            answers[name] = {q.id: retriever.answers[q.id] for q in questions}
+        else:
+            answers[name] = reader.read(questions, rankings[name], corpus, tag=reader_tag(name))
+        log.info("%s: answered %d questions", name, len(answers[name]))
+    return answers
+
+
+def answer_baselines(
+    reader: QAReader, names: Sequence[str], questions: Sequence[Question], index: KGIndex, subgraph: Mapping
+) -> dict[str, dict[str, str]]:
+    """Baseline -> question id -> the reader's answer without a ranking (GLM-RAG §5.1 e, App. E Table 8)."""
+    answers: dict[str, dict[str, str]] = {}
+    for name in names:
+        contexts = baseline_contexts(name, questions, index, **subgraph)
+        answers[name] = reader.answer(questions, contexts, tag=reader_tag(name))
+        log.info("%s baseline: answered %d questions", name, len(answers[name]))
+    return answers
+
+
+def baseline_scores(
+    answers: Mapping[str, Mapping[str, str]], questions: Sequence[Question], n_boot: int, seed: int
+) -> dict[str, dict[str, Interval]]:
+    """Baseline -> EM and F1 with the bootstrap CIs the evaluator gives the systems (same n, seed: paired)."""
+    out: dict[str, dict[str, Interval]] = {}
+    for name, by_id in answers.items():
+        scores = [qa_metrics(by_id[q.id], q.answers) for q in questions]
+        out[name] = {m: bootstrap_ci([s[m] for s in scores], n_boot, seed) for m in ("em", "f1")}
+    return out
+
+
+def _usage_fields(usage: Usage) -> dict[str, float]:
+    return {f: getattr(usage, f) for f in COST_FIELDS}
+
+
+def llm_costs(
+    systems: Sequence[str],
+    retrievers: Mapping[str, Retriever],
+    reader: QAReader | None,
+    questions: Sequence[Question],
+) -> dict[str, list[dict[str, Usage]]]:
+    """System -> per question (question order) ``{"retriever": Usage, "reader": Usage}``.
+
+    A retriever's part is its :meth:`~glmrag.retrievers.base.LLMCostedRetriever.llm_cost` (zero for one
+    that calls no LLM, and for a QA baseline); the reader's part is what it spent under the system's tag.
+    """
+    out: dict[str, list[dict[str, Usage]]] = {}
+    for system in systems:
+        retriever = retrievers.get(system)
+        own = retriever.llm_cost() if isinstance(retriever, LLMCostedRetriever) else {}
+        read = reader.llm.usage.by_question(reader_tag(system)) if reader is not None else {}
+        out[system] = [
+            {"retriever": Usage().add(own.get(q.id, Usage())), "reader": Usage().add(read.get(q.id, Usage()))}
+            for q in questions
+        ]
+    return out
+
+
+def mean_costs(costs: Mapping[str, list[dict[str, Usage]]]) -> dict[str, dict[str, dict[str, float]]]:
+    """System -> ``retriever`` / ``reader`` / ``total`` -> mean per question of each of :data:`COST_FIELDS`."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for system, rows in costs.items():
+        parts = {part: [_usage_fields(row[part]) for row in rows] for part in ("retriever", "reader")}
+        parts["total"] = [_usage_fields(Usage().add(row["retriever"]).add(row["reader"])) for row in rows]
+        out[system] = {
+            part: {f: sum(v[f] for v in values) / max(len(values), 1) for f in COST_FIELDS}
+            for part, values in parts.items()
+        }
+    return out
+
+
+def add_qa_and_cost_columns(
+    result: EvalResult,
+    answers: Mapping[str, Mapping[str, str]] | None,
+    costs: Mapping[str, list[dict[str, Usage]]],
+) -> None:
+    """Give each per-question row its ``prediction`` (when answered) and total ``llm_*`` cost, in place."""
+    for system, rows in result.per_question.items():
+        for i, row in enumerate(rows):
+            if answers is not None:
+                row["prediction"] = answers[system][row["question_id"]]
+            if system in costs:
+                total = Usage().add(costs[system][i]["retriever"]).add(costs[system][i]["reader"])
+                row.update(zip(cost_columns(), (getattr(total, f) for f in COST_FIELDS), strict=True))
+
+
 def run_eval(cfg: DictConfig) -> EvalResult:
-    """Rank the questions of ``cfg.data`` with every retriever in ``cfg.retriever`` and evaluate them together."""
+    """Rank the questions of ``cfg.data`` with every retriever in ``cfg.retriever`` and evaluate them together;
+    with ``cfg.qa`` also answer them with ``cfg.reader`` and score the answers and the ``cfg.qa_baselines``."""
     full = load_dataset(cfg.data.name, root=cfg.data.root)
     dataset = load_dataset(cfg.data.name, split=cfg.data.split, limit=cfg.data.limit, root=cfg.data.root)
     log.info(
@@ -49,13 +181,26 @@ def run_eval(cfg: DictConfig) -> EvalResult:
     index = get_index(full, cfg.index)
     questions = list(dataset.qa)
 
+    retrievers = make_retrievers(cfg.retriever)
     rankings: dict[str, list[Ranking]] = {}
     ms_per_question: dict[str, float] = {}
-    for name, retriever in make_retrievers(cfg.retriever).items():
+    for name, retriever in retrievers.items():
         start = time.perf_counter()
         rankings[name] = retriever.retrieve(questions, index, dataset.corpus, top_k=max(cfg.top_k, max(cfg.ks)))
         ms_per_question[name] = 1000 * (time.perf_counter() - start) / max(len(questions), 1)
         log.info("%s: %.1f ms per question", name, ms_per_question[name])
+
+    reader: QAReader | None = None
+    answers: dict[str, dict[str, str]] | None = None
+    baselines: dict[str, dict[str, str]] = {}
+    if cfg.qa:
+        names = list(cfg.qa_baselines or [])
+        clash = sorted(set(names) & set(retrievers))
+        if clash:
+            raise ValueError(f"qa_baselines {clash} share a name with a retriever; rename the retriever key")
+        reader = make_reader(cfg.reader)
+        answers = answer_systems(reader, retrievers, rankings, questions, dataset.corpus)
+        baselines = answer_baselines(reader, names, questions, index, cfg.qa_subgraph)
 
     question_embeddings = None
     if index.entity_embeddings is not None and cfg.index.embed_model:
@@ -69,10 +214,27 @@ def run_eval(cfg: DictConfig) -> EvalResult:
         question_embeddings=question_embeddings,
         n_boot=cfg.n_boot,
         seed=cfg.seed,
+        answers_by_system=answers,
     )
     # wall time of retrieve() over all questions, loading included (GLM-RAG Table 7 measures it on a GPU:
     # benchmarks/gpu_gnn.py, benchmarks/gpu_glm.py)
     result.settings["ms_per_question"] = ms_per_question
+    costs: dict[str, list[dict[str, Usage]]] = {}
+    if reader is not None or any(isinstance(r, LLMCostedRetriever) for r in retrievers.values()):
+        costs = llm_costs([*retrievers, *baselines], retrievers, reader, questions)
+        result.settings["llm_cost"] = mean_costs(costs)
+    add_qa_and_cost_columns(result, answers, costs)
+    if reader is not None:
+        by_method = reader.llm.usage.by_method()
+        read = [s for s in [*retrievers, *baselines] if not isinstance(retrievers.get(s), AnsweringRetriever)]
+        result.settings["qa"] = reader.settings() | {
+            "baselines": list(baselines),
+            "subgraph": OmegaConf.to_container(cfg.qa_subgraph, resolve=True),
+            "answered_by_retriever": [s for s in retrievers if s not in read],
+            # answers taken from a response without "Answer: ..." (glmrag.qa.reader.parse_answer)
+            "answer_fallbacks": {s: by_method.get(reader_tag(s), Usage()).events.get(ANSWER_FALLBACK, 0) for s in read},
+        }
+        result.settings["qa_baselines"] = baseline_scores(baselines, questions, cfg.n_boot, cfg.seed)
     result.settings["config"] = OmegaConf.to_container(cfg, resolve=True)
     paths = write_outputs(result, cfg.output_dir)
     print(format_markdown(result))

@@ -45,6 +45,11 @@ def test_eval_job_on_toy_writes_metrics_for_both_retrievers(cache, tmp_path):
     assert json.dumps(metrics).count('"recall@5"') >= 2
     assert result.overall["ppr"]["recall@5"].mean == pytest.approx(1.0)
     assert (cache / "indexes").is_dir() and (cache / "embeddings").is_dir()
+    # no QA and no LLM: no answers, no QA tables, no cost columns
+    assert not {"llm_cost", "qa_baselines", "qa"} & set(metrics["settings"])
+    row = json.loads(lines[0])
+    assert not [k for k in row if k.startswith("llm_") or k == "prediction"] and row["em"] is None
+    assert "QA baseline" not in (out / "results.md").read_text()
 
 
 @pytest.mark.slow
@@ -57,3 +62,102 @@ def test_eval_script_on_musique_subset(cache, tmp_path):
     assert len({json.loads(line)["question_id"] for line in (out / "per_question.jsonl").open()}) == 20
     assert set(metrics["overall"]) == {"dense", "ppr"}
     assert (tmp_path / "results" / "eval-musique100" / "metrics.json").is_file()
+
+
+def _scripted_reader(monkeypatch, llm):
+    """Build the reader from the composed ``reader`` node with ``llm`` in place of its configured LLM."""
+    import hydra
+
+    from glmrag import pipeline
+
+    monkeypatch.setattr(pipeline, "make_reader", lambda node: hydra.utils.instantiate(node, llm=llm))
+
+
+def test_reader_config_builds_only_when_asked_and_names_its_dataset(scripted_llm):
+    import hydra
+
+    from glmrag.qa import QAReader
+
+    cfg = _compose(["data=2wiki_test", "output_dir=unused"])
+    assert cfg.qa is False and list(cfg.qa_baselines) == ["no_context", "subgraph"]
+    assert cfg.reader.llm._target_ == "glmrag.llm.local.LocalLLM"  # configs/llm/local.yaml
+    reader = hydra.utils.instantiate(cfg.reader, llm=scripted_llm(lambda text: "Answer: x"))
+    assert isinstance(reader, QAReader)
+    assert (reader.family, reader.passages, reader.max_new_tokens) == ("2wiki", 5, 128)
+
+
+def test_eval_job_with_qa_on_toy_scores_answers_baselines_and_cost(glmrag_cache, tmp_path, monkeypatch, scripted_llm):
+    # Reads the gold passage -> the gold answer; no passages (no_context, subgraph) -> a wrong one.
+    llm = scripted_llm(
+        lambda text: (
+            "Thought: it says so.\nAnswer: Thomas C. Sudhof."
+            if "Wikipedia Title: Thomas C. Sudhof\n" in text.split("Question: ")[-2]
+            else "Thought: I cannot tell.\nAnswer: Karl Deisseroth."
+        )
+    )
+    _scripted_reader(monkeypatch, llm)
+    out = tmp_path / "out"
+    result = run_eval(_compose(["data=toy", f"output_dir={out}", "n_boot=200", "qa=true", "retriever=[dense]"]))
+
+    assert result.overall["dense"]["em"].mean == 1.0 and result.overall["dense"]["f1"].mean == 1.0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {"em", "f1"} <= set(metrics["metrics"])
+    baselines = metrics["settings"]["qa_baselines"]
+    assert set(baselines) == {"no_context", "subgraph"}
+    assert baselines["no_context"]["em"]["mean"] == 0.0 and baselines["subgraph"]["f1"]["mean"] == 0.0
+    cost = metrics["settings"]["llm_cost"]
+    assert set(cost) == {"dense", "no_context", "subgraph"}
+    assert cost["dense"]["reader"]["calls"] == 1.0 and cost["dense"]["retriever"]["calls"] == 0.0
+    assert cost["dense"]["total"]["generated_tokens"] == 8.0  # "Thought: it says so. Answer: Thomas C. Sudhof."
+    assert cost["dense"]["total"]["seconds"] == pytest.approx(0.01)  # the scripted LLM's time per call
+    assert metrics["settings"]["qa"]["answer_fallbacks"] == {"dense": 0, "no_context": 0, "subgraph": 0}
+    (row,) = [json.loads(line) for line in (out / "per_question.jsonl").open()]
+    assert row["prediction"] == "Thomas C. Sudhof" and row["em"] == 1.0
+    assert (row["llm_calls"], row["llm_generated_tokens"]) == (1, 8)
+    assert row["llm_prompt_tokens"] == len(llm.prompts[0].split())
+    report = (out / "results.md").read_text()
+    assert "| no_context | 0.0 [0.0, 0.0] | 0.0 [0.0, 0.0] |" in report
+    assert "| System | ms / question | LLM calls |" in report and "| dense | " in report.split("ms / question")[1]
+
+
+@pytest.mark.slow
+def test_eval_job_with_qa_on_musique_subset(cache, tmp_path, monkeypatch, scripted_llm):
+    from glmrag.data.registry import load_dataset
+
+    questions = list(load_dataset("musique100", split="test", limit=3).qa)  # the run's questions
+    gold = {q.question: q.answers[0] for q in questions}
+
+    def reply(text: str) -> str:
+        asked = text.split("Question: ")[-1].removesuffix("\nThought: ")
+        context = text.split("Question: ")[-2]
+        if "Wikipedia Title: " in context:  # passages: right on the first and third question
+            return f"Answer: {gold[asked]}" if asked != questions[1].question else "Answer: nobody"
+        if "Knowledge Graph Triples:" in context:  # subgraph: right on the first only
+            return f"Answer: {gold[asked]}" if asked == questions[0].question else "Answer: nobody"
+        return "I have no idea"  # no context: wrong, without "Answer:" (a counted fallback)
+
+    _scripted_reader(monkeypatch, scripted_llm(reply))
+    out = tmp_path / "mq"
+    overrides = ["data=musique100", "data.split=test", "data.limit=3", "retriever=[dense]", "qa=true"]
+    run_eval(_compose([*overrides, f"output_dir={out}", "n_boot=200"]))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["overall"]["dense"]["em"]["mean"] == pytest.approx(2 / 3)
+    baselines = metrics["settings"]["qa_baselines"]
+    assert baselines["subgraph"]["em"]["mean"] == pytest.approx(1 / 3) and baselines["no_context"]["em"]["mean"] == 0
+    assert metrics["settings"]["qa"]["answer_fallbacks"] == {"dense": 0, "no_context": 3, "subgraph": 0}
+    assert metrics["settings"]["llm_cost"]["subgraph"]["reader"]["calls"] == 1.0
+    rows = [json.loads(line) for line in (out / "per_question.jsonl").open()]
+    assert len(rows) == 3 and all(r["llm_calls"] == 1 and r["llm_prompt_tokens"] > 300 for r in rows)
+
+
+@pytest.mark.parametrize("study", sorted(p.stem for p in (ROOT / "configs" / "eval_study").glob("*.yaml")))
+def test_every_eval_study_composes_with_its_systems(study):
+    cfg = _compose([f"eval_study={study}", "output_dir=unused"])
+    systems = list(cfg.retriever)
+    assert cfg.study == study and cfg.reference == systems[0] and {"dense", "ppr"} <= set(systems)
+    assert all(str(cfg.retriever[s]._target_).startswith("glmrag.retrievers.") for s in systems)
+    assert any(s.startswith(study) for s in systems[1:]), "a study compares its method's variants"
+    # every LLM-backed system tags its usage with its own config key, so cost per question is per system
+    for s in systems:
+        if "name" in cfg.retriever[s]:
+            assert cfg.retriever[s].name == s

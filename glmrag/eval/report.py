@@ -7,6 +7,12 @@ same folder, then ``os.replace``), so a reader never sees half a file:
   breakdowns, and the significance table against the reference;
 - ``per_question.jsonl``: one line per system x question;
 - ``results.md``: :func:`format_markdown`.
+
+Two tables come from ``result.settings`` when the evaluation job put them there (``eval.py qa=true``,
+or a retriever that calls an LLM): ``qa_baselines`` (baseline -> EM/F1 intervals of the QA baselines
+that have no ranking, GLM-RAG §5.1 e and Table 8) and ``llm_cost`` (system -> ``retriever`` /
+``reader`` / ``total`` -> mean per question of :data:`COST_FIELDS`), shown next to ``ms_per_question``.
+Per-question rows then carry the totals as :func:`cost_columns` (``llm_calls``, ...).
 """
 
 from __future__ import annotations
@@ -25,6 +31,15 @@ if TYPE_CHECKING:
     from glmrag.eval.evaluator import EvalResult
 
 _LABELS = {"mrr": "MRR", "em": "EM", "f1": "F1", "entity_cosine": "Entity cos", "entity_hops": "Entity hops"}
+COST_FIELDS = ("calls", "prompt_tokens", "generated_tokens", "seconds")
+"""LLM usage reported per question (:class:`glmrag.llm.base.Usage` fields), as DTKG Table 6 and
+HyperAddress Fig. 5 compare methods by calls, tokens and time."""
+_COST_LABELS = ("LLM calls", "Prompt tokens", "Generated tokens", "LLM s")
+
+
+def cost_columns() -> list[str]:
+    """The per-question row keys of :data:`COST_FIELDS`: ``llm_calls``, ``llm_prompt_tokens``, ..."""
+    return [f"llm_{f}" for f in COST_FIELDS]
 
 
 def _label(metric: str) -> str:
@@ -107,7 +122,53 @@ def format_markdown(result: EvalResult) -> str:
             "entities: mean question-entity cosine, and mean hop distance from the seeds over reachable "
             f"entities (BFS cutoff {result.settings.get('bfs_cutoff')}); – = the system returns no entities.",
         ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _qa_baseline_lines(result) + _cost_lines(result)) + "\n"
+
+
+def _qa_baseline_lines(result: EvalResult) -> list[str]:
+    """The QA baselines' EM/F1 with CIs (``settings.qa_baselines``), and a note on the reader; [] without QA."""
+    baselines = result.settings.get("qa_baselines")
+    qa = result.settings.get("qa")
+    lines: list[str] = []
+    if baselines:
+        lines += ["", "| QA baseline | EM | F1 |", "|---|---:|---:|"]
+        for name, scores in baselines.items():
+            lines.append(f"| {name} | {_cell(scores.get('em'), True)} | {_cell(scores.get('f1'), True)} |")
+        lines += [
+            "",
+            "Baselines answered by the reader without a ranking: no_context (GLM-RAG §5.1 e), subgraph (the "
+            "question's KG subgraph as triples, App. E Table 8); values ×100 over all questions, with the "
+            "systems' bootstrap resamples.",
+        ]
+    if qa:
+        fallbacks = ", ".join(f"{s} {n}" for s, n in qa.get("answer_fallbacks", {}).items())
+        lines += [
+            "",
+            f"Reader: {qa.get('llm')} ({qa.get('family')} one-shot prompt, GLM-RAG Fig. 20), top-"
+            f"{qa.get('passages')} passages, at most {qa.get('max_new_tokens')} new tokens; answers without "
+            f'"Answer:" (last line taken): {fallbacks or "none"}.',
+        ]
+    return lines
+
+
+def _cost_lines(result: EvalResult) -> list[str]:
+    """Mean LLM cost per question of each system (``settings.llm_cost``) beside ms per question; [] without."""
+    costs = result.settings.get("llm_cost")
+    if not costs:
+        return []
+    ms = result.settings.get("ms_per_question", {})
+    lines = ["", "| System | ms / question | " + " | ".join(_COST_LABELS) + " |", "|---|" + "---:|" * 5]
+    for system, parts in costs.items():
+        total = parts["total"]
+        cells = [f"{ms[system]:.1f}" if system in ms else "–", f"{total['calls']:.2f}"]
+        cells += [f"{total['prompt_tokens']:.1f}", f"{total['generated_tokens']:.1f}", f"{total['seconds']:.2f}"]
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Mean per question: ms of retrieve() (loading included), and LLM calls, tokens and seconds of the "
+        "retriever and the QA reader together (metrics.json settings.llm_cost splits them).",
+    ]
+    return lines
 
 
 def _clean(value):
