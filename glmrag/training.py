@@ -129,6 +129,8 @@ def evaluation_config(cfg: DictConfig, ckpt_path: str, dataset: str | None = Non
             "top_k": max(cfg.ks),
             "n_boot": cfg.n_boot,
             "seed": cfg.seed,
+            "qa": False,  # answering after training: python eval.py retriever=checkpoint ckpt_path=... qa=true
+            "qa_baselines": [],
         }
     )
 
