@@ -74,6 +74,20 @@ class Usage:
             self.events[name] = self.events.get(name, 0) + n
         return self
 
+    def since(self, before: Usage | None) -> Usage:
+        """``self - before`` field by field: what a counter that outlives one run counted during that run."""
+        if before is None:
+            return Usage().add(self)
+        events = {k: n - before.events.get(k, 0) for k, n in self.events.items() if n != before.events.get(k, 0)}
+        return Usage(
+            self.calls - before.calls,
+            self.cache_hits - before.cache_hits,
+            self.prompt_tokens - before.prompt_tokens,
+            self.generated_tokens - before.generated_tokens,
+            self.seconds - before.seconds,
+            events,
+        )
+
     def as_dict(self) -> dict:
         return asdict(self)
 

@@ -310,7 +310,7 @@ class HyperAddressRetriever:
                     x_p[b], x_e[b] = self.steering.steer(
                         self, hyper, passage, q.id, q.question, (r_p[:, b], r_e[:, b]), (x_p[b], x_e[b])
                     )
-                self._cost[q.id] = _difference(_usage_of(reader.llm, self.name, q.id), before)
+                self._cost[q.id] = _usage_of(reader.llm, self.name, q.id).since(before)
         return x_p, x_e
 
     def retrieve(self, questions: Sequence[Question], index: KGIndex, corpus: Corpus, top_k: int = 10) -> list[Ranking]:
@@ -358,16 +358,3 @@ def _usage_of(llm, method: str, question_id: str | None = None) -> Usage:
 def _method_usage(llm, method: str) -> Usage:
     """``llm``'s usage under ``method``, summed over question ids; zeros without an LLM."""
     return llm.usage.by_method().get(method, Usage()) if llm is not None else Usage()
-
-
-def _difference(after: Usage, before: Usage) -> Usage:
-    """What was counted between two snapshots of one tag."""
-    events = {k: n - before.events.get(k, 0) for k, n in after.events.items() if n != before.events.get(k, 0)}
-    return Usage(
-        after.calls - before.calls,
-        after.cache_hits - before.cache_hits,
-        after.prompt_tokens - before.prompt_tokens,
-        after.generated_tokens - before.generated_tokens,
-        after.seconds - before.seconds,
-        events,
-    )

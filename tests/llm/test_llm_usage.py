@@ -82,3 +82,17 @@ def test_stop_strings_cut_at_the_earliest():
     assert truncate_at_stop("Answer: Paris\nThought: done", ["Thought:", "\n"]) == ("Answer: Paris", True)
     assert truncate_at_stop("no stop here", ["###"]) == ("no stop here", False)
     assert truncate_at_stop("abc", [""]) == ("abc", False)
+
+
+def test_usage_since_is_what_was_counted_in_between():
+    llm = EchoLLM()
+    with llm.track("m", "q"):
+        llm.generate(["a b"])
+        llm.usage.count("json_fallback")
+        before = llm.usage.get("m", "q")
+        llm.generate(["c d e", "f"])
+        llm.usage.count("json_repaired", 2)
+    delta = llm.usage.get("m", "q").since(before)
+    assert (delta.calls, delta.prompt_tokens, delta.generated_tokens) == (2, 4, 2)
+    assert delta.seconds == pytest.approx(1.0) and delta.events == {"json_repaired": 2}
+    assert llm.usage.get("m", "q").since(None).calls == 3

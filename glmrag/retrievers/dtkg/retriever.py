@@ -55,21 +55,6 @@ def question_rng(seed: int, question_id: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(question_id.encode())])
 
 
-def usage_since(now: Usage, before: Usage | None) -> Usage:
-    """``now - before`` field by field (the usage of one retrieve on a counter that outlives it)."""
-    if before is None:
-        return now
-    events = {k: n - before.events.get(k, 0) for k, n in now.events.items()}
-    return Usage(
-        now.calls - before.calls,
-        now.cache_hits - before.cache_hits,
-        now.prompt_tokens - before.prompt_tokens,
-        now.generated_tokens - before.generated_tokens,
-        now.seconds - before.seconds,
-        {k: n for k, n in events.items() if n},
-    )
-
-
 class DTKGRetriever:
     """DTKG: classify, run the chosen track over the KG, answer, and rank the passages it used first.
 
@@ -179,7 +164,7 @@ class DTKGRetriever:
             rankings.append(rank_passages(q.id, used_passages(index, result.triples), cosine, corpus, top_k))
             log.info("%s %s: %s track, %d triples used", self.name, q.id, result.track, len(result.triples))
         after = self.llm.usage.by_question(self.name)
-        self._cost = {q.id: usage_since(after.get(q.id, Usage()), before.get(q.id)) for q in questions}
+        self._cost = {q.id: after.get(q.id, Usage()).since(before.get(q.id)) for q in questions}
         return rankings
 
     def llm_cost(self) -> dict[str, Usage]:
