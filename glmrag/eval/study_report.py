@@ -69,10 +69,14 @@ def _value(run: StoredRun, key: str) -> Any:
     return MISSING if found is None else found
 
 
-def _varies_within_a_family(runs: Sequence[StoredRun], key: str) -> bool:
+def _varies_within_a_family(runs: Sequence[StoredRun], key: str, recorded_only: bool = False) -> bool:
+    """Whether ``key`` takes two values within one family; ``recorded_only``: among the runs that record
+    it (a setting added after older runs were stored does not vary by being absent from them)."""
     families: dict[str, set[str]] = {}
     for run in runs:
-        families.setdefault(_family(run), set()).add(repr(_value(run, key)))
+        value = _value(run, key)
+        if not (recorded_only and value is MISSING):
+            families.setdefault(_family(run), set()).add(repr(value))
     return any(len(values) > 1 for values in families.values())
 
 
@@ -90,7 +94,7 @@ def swept_keys(runs: Sequence[StoredRun]) -> list[str]:
         for k, v in run.run.get("settings", {}).items()
         if isinstance(v, int | float) and not isinstance(v, bool)
     }
-    varying = sorted(k for k in numeric if _varies_within_a_family(runs, k))
+    varying = sorted(k for k in numeric if _varies_within_a_family(runs, k, recorded_only=True))
     return varying if len(varying) == 1 else []
 
 

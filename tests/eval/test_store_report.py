@@ -122,6 +122,21 @@ def test_report_tables_hold_the_stored_values(tmp_path):
     ]
 
 
+def test_a_setting_recorded_only_by_newer_runs_is_not_a_sweep(tmp_path):
+    """Restricted GNN runs record model.max_hops and model.max_triplets; the older unrestricted run records
+    neither. The budget varies within both families; max_hops is only absent from the old run."""
+    root = tmp_path / "res"
+    restriction_study(root)
+    for t, r2 in ((600, 0.55), (300, 0.35)):
+        settings = {"model.max_triplets": t, "model.max_hops": 2}
+        over = ["experiment=study_subgraph_restriction", f"+system=gfm_rag_star_t{t}"]
+        _run(root, f"gnn_t{t}", "gfm_rag_star", r2, 0.7, settings=settings, overrides=over)
+    md = build_report(root, tmp_path / "out")["report.md"].read_text()
+    assert "| model.max_triplets | gfm_rag_star | glm_rag |" in md
+    assert "| – | 50.0 [40.0, 60.0] | – |" in md
+    assert "| 300 | 35.0 [25.0, 45.0] | 30.0 [20.0, 40.0] |" in md
+
+
 def test_report_draws_the_sweep_and_the_breakdowns_as_png(tmp_path):
     restriction_study(tmp_path / "res")
     paths = build_report(tmp_path / "res")  # default: <results dir>/report
