@@ -2,7 +2,7 @@
 
 One concept per module: :mod:`.settings` (constants), :mod:`.prompts`,
 :mod:`.classifier` (§3.2), :mod:`.linking` (Eq. 5), :mod:`.rerank` and
-:mod:`.scoring` (Eqs. 6-7), :mod:`.denoise` (§3.4), :mod:`.parallel`
+:mod:`.scoring` (Eqs. 6-7), :mod:`.denoise` (§3.4), :mod:`.track` (what both tracks share), :mod:`.parallel`
 (§3.3.1), :mod:`.chain` (§3.3.2), :mod:`.ranking` (passages for Recall@k) and
 :mod:`.retriever` (the :class:`DTKGRetriever`).
 """

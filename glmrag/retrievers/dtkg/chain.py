@@ -32,23 +32,18 @@ The triples used are those of ``P*``, each scored by the best path through it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from glmrag.data.types import Question
 from glmrag.index.kg import KGIndex
-from glmrag.llm.base import LLM
 from glmrag.llm.parse import parse_choice, parse_json
 from glmrag.retrievers.dtkg import prompts
-from glmrag.retrievers.dtkg.denoise import Denoiser
 from glmrag.retrievers.dtkg.evidence import TrackResult, relation_label, triple_text, triples_of
-from glmrag.retrievers.dtkg.linking import EntityLinker, clean_mention
-from glmrag.retrievers.dtkg.parallel import first_line
+from glmrag.retrievers.dtkg.linking import clean_mention
 from glmrag.retrievers.dtkg.rerank import read_order
-from glmrag.retrievers.dtkg.scoring import TwoStageScorer
-from glmrag.retrievers.dtkg.settings import DTKGSettings
+from glmrag.retrievers.dtkg.track import Track, first_line
 
 
 @dataclass(frozen=True)
@@ -68,17 +63,7 @@ def path_score(relation_scores) -> float:
     return float(np.prod(np.asarray(relation_scores, dtype=np.float64)))
 
 
-class ChainTrack:
-    def __init__(
-        self,
-        llm: LLM,
-        settings: DTKGSettings,
-        scorer: TwoStageScorer,
-        denoiser: Denoiser,
-        linker: Callable[[KGIndex], EntityLinker],
-    ) -> None:
-        self.llm, self.settings, self.scorer, self.denoiser, self.linker = llm, settings, scorer, denoiser, linker
-
+class ChainTrack(Track):
     def central_entity(self, question: Question, index: KGIndex) -> int | None:
         name = clean_mention(
             self.llm.complete(prompts.central_entity(question.question), max_new_tokens=12, stop=["\n"])

@@ -25,37 +25,18 @@ The triples used are every fact's ``t*``, with their combined scores.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from glmrag.data.types import Question
 from glmrag.index.kg import KGIndex
-from glmrag.llm.base import LLM
 from glmrag.llm.parse import parse_choice, parse_json
 from glmrag.retrievers.dtkg import prompts
-from glmrag.retrievers.dtkg.denoise import Denoiser
 from glmrag.retrievers.dtkg.evidence import TrackResult, relation_label, triple_text, triples_of
-from glmrag.retrievers.dtkg.linking import EntityLinker, clean_mention
-from glmrag.retrievers.dtkg.scoring import TwoStageScorer
-from glmrag.retrievers.dtkg.settings import DTKGSettings
+from glmrag.retrievers.dtkg.linking import clean_mention
+from glmrag.retrievers.dtkg.track import Track, first_line
 
 
-def first_line(text: str) -> str:
-    return text.strip().split("\n", 1)[0].strip() if text else ""
-
-
-class ParallelTrack:
-    def __init__(
-        self,
-        llm: LLM,
-        settings: DTKGSettings,
-        scorer: TwoStageScorer,
-        denoiser: Denoiser,
-        linker: Callable[[KGIndex], EntityLinker],
-    ) -> None:
-        self.llm, self.settings, self.scorer, self.denoiser, self.linker = llm, settings, scorer, denoiser, linker
-
+class ParallelTrack(Track):
     def decompose(self, question: str, response: str) -> list[str]:
         """Eq. 4: the atomic facts of ``response`` (at most ``max_facts``; ``[response]`` on fallback)."""
         text = self.llm.complete(prompts.decompose(question, response), max_new_tokens=96)
