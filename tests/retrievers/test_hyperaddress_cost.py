@@ -1,11 +1,11 @@
 """Counted cost of HyperAddress steering (Read the Route Fig. 5, Table 8): reader forward passes in the LLM's usage."""
 
 import pytest
+from hyper_world import CORPUS, world_index
 from transformers import AutoTokenizer
 
-from glmrag.data.types import Corpus, Passage, Question
+from glmrag.data.types import Question
 from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
-from glmrag.index.synthetic import build_kg
 from glmrag.llm.base import Usage
 from glmrag.retrievers import addressing_heads, steering
 from glmrag.retrievers.base import LLMCostedRetriever
@@ -13,23 +13,6 @@ from glmrag.retrievers.hyperaddress import HyperAddressRetriever
 from glmrag.retrievers.reader_pointers import Reader
 from glmrag.retrievers.steering import HEADS_TAG, Steering
 
-CORPUS = Corpus(
-    [
-        Passage.make("Journal X", "The Journal X is published by the Psychological Society."),
-        Passage.make("Psychological Society", "Its first president was Ann Lee, a psychologist."),
-        Passage.make("Ann Lee", "Ann Lee was born in Boston in 1901."),
-        Passage.make("Boston", "Boston is the capital of Massachusetts."),
-        Passage.make("Volcano", "Mount Etna is an active volcano on Sicily, near Boston."),
-    ]
-)
-MENTIONS = [
-    ["journal x", "psychological society"],
-    ["psychological society", "ann lee"],
-    ["ann lee", "boston"],
-    ["boston", "massachusetts"],
-    ["mount etna", "sicily", "boston"],
-]
-NAMES = list(dict.fromkeys(m for ms in MENTIONS for m in ms))
 QUESTIONS = [
     Question("q1", "Where was the first president of the publisher of Journal X born?", ("Boston",), ()),
     Question("q2", "Which volcano is near Boston?", ("Mount Etna",), ()),
@@ -52,9 +35,7 @@ def llm(scripted_llm, parts):
 
 @pytest.fixture
 def index():
-    kg = build_kg([], len(NAMES), [[NAMES.index(m) for m in ms] for ms in MENTIONS], passage_ids=CORPUS.ids)
-    kg.entities[:] = NAMES
-    return kg
+    return world_index()
 
 
 @pytest.fixture

@@ -6,35 +6,18 @@ import re
 import numpy as np
 import pytest
 import torch
+from hyper_world import CORPUS, NAMES, world_index
 from transformers import AutoTokenizer
 
-from glmrag.data.types import Corpus, Passage, Question
+from glmrag.data.types import Question
 from glmrag.graph.hypergraph import Hypergraph
 from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
-from glmrag.index.synthetic import build_kg
 from glmrag.retrievers import addressing_heads
 from glmrag.retrievers.addressing_heads import make_probes, select_heads
 from glmrag.retrievers.hyperaddress import HyperAddressRetriever
 from glmrag.retrievers.reader_pointers import Reader, build_context, entity_pointer, pointer_scores
 from glmrag.retrievers.steering import Steering
 
-CORPUS = Corpus(
-    [
-        Passage.make("Journal X", "The Journal X is published by the Psychological Society."),
-        Passage.make("Psychological Society", "Its first president was Ann Lee, a psychologist."),
-        Passage.make("Ann Lee", "Ann Lee was born in Boston in 1901."),
-        Passage.make("Boston", "Boston is the capital of Massachusetts."),
-        Passage.make("Volcano", "Mount Etna is an active volcano on Sicily, near Boston."),
-    ]
-)
-MENTIONS = [
-    ["journal x", "psychological society"],
-    ["psychological society", "ann lee"],
-    ["ann lee", "boston"],
-    ["boston", "massachusetts"],
-    ["mount etna", "sicily", "boston"],
-]
-NAMES = list(dict.fromkeys(m for ms in MENTIONS for m in ms))
 QUESTION = Question("q", "Where was the first president of the publisher of Journal X born?", ("Boston",), ())
 
 
@@ -56,9 +39,7 @@ def reader(tiny_llama):
 
 @pytest.fixture
 def index():
-    kg = build_kg([], len(NAMES), [[NAMES.index(m) for m in ms] for ms in MENTIONS], passage_ids=CORPUS.ids)
-    kg.entities[:] = NAMES
-    return kg
+    return world_index()
 
 
 def blocks(graph, positions):
