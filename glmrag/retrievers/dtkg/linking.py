@@ -105,8 +105,7 @@ class EntityLinker:
         cos = self.trigram_cosine(norm)
         k = min(self.shortlist, len(cos))
         top = np.argpartition(-cos, k - 1)[:k] if k < len(cos) else np.arange(len(cos))
-        best = max(
-            (int(i) for i in top),
-            key=lambda i: (SequenceMatcher(None, norm, self.names[i]).ratio(), cos[i], -i),
-        )
-        return Link(mention, best, SequenceMatcher(None, norm, self.names[best]).ratio())
+        ratio, _, best = max(
+            (SequenceMatcher(None, norm, self.names[i]).ratio(), cos[i], -int(i)) for i in top
+        )  # best ratio, ties to the higher trigram cosine, then the lower id
+        return Link(mention, -best, ratio)
