@@ -164,21 +164,18 @@ def test_a_global_batch_that_does_not_split_is_refused(clean_env):
         datamodule.set_device_batch_size()
 
 
-def test_slurm_checks_the_tasks_per_node_against_the_devices(clean_env):
-    srun = next(c for c in COMMANDS if c.launcher == "srun")
-    wrong = [o for o in srun.overrides if not o.startswith("trainer.devices")] + ["trainer.devices=4"]
-    for name, value in launcher_environment(srun, 0, 0)[0].items():
+@pytest.mark.parametrize(
+    ("launcher", "key", "wrong_value", "error"),
+    [
+        ("srun", "trainer.devices", 4, "--ntasks-per-node=8"),  # SLURM's tasks per node vs the devices
+        ("torchrun", "trainer.num_nodes", 1, r"does not match the world size \(16\)"),  # torchrun's world size
+    ],
+)
+def test_launchers_check_their_world_against_the_trainer(clean_env, launcher, key, wrong_value, error):
+    command = next(c for c in COMMANDS if c.launcher == launcher)
+    wrong = [o for o in command.overrides if not o.startswith(key)] + [f"{key}={wrong_value}"]
+    for name, value in launcher_environment(command, 0, 0)[0].items():
         clean_env.setenv(name, value)
     trainer = hydra.utils.instantiate(_compose(wrong).trainer, accelerator="cpu", logger=False, callbacks=[])
-    with pytest.raises(ValueError, match="--ntasks-per-node=8"):
-        validate(trainer)
-
-
-def test_torchrun_checks_its_world_size_against_devices_times_nodes(clean_env):
-    torchrun = next(c for c in COMMANDS if c.launcher == "torchrun")
-    wrong = [o for o in torchrun.overrides if not o.startswith("trainer.num_nodes")] + ["trainer.num_nodes=1"]
-    for name, value in launcher_environment(torchrun, 0, 0)[0].items():
-        clean_env.setenv(name, value)
-    trainer = hydra.utils.instantiate(_compose(wrong).trainer, accelerator="cpu", logger=False, callbacks=[])
-    with pytest.raises(ValueError, match=r"does not match the world size \(16\)"):
+    with pytest.raises(ValueError, match=error):
         validate(trainer)
