@@ -102,6 +102,8 @@ class GNNRetrieverModule(RetrieverModule):
         stage: ``qa`` (fine-tuning) or ``kgc`` (KG-completion pretraining on the DataModule's triple batches,
             ``task="kgc"``); validation is QA retrieval in both.
         num_negatives, adversarial_temperature: KG-completion loss (GFM-RAG: 256 strict negatives, temperature 1).
+        hide_target_edges: KG completion without the batch's target edges (NBFNet/ULTRA ``remove_easy_edges``);
+            GFM-RAG keeps them visible (False).
         ks: cut-offs of the logged ``recall@k``; must include 2.
         ranker, top_entities: document ranker of validation/test (GFM-RAG ``idf_topk`` over 20 entities).
         embed_model: sentence encoder of questions and relations the GNN reads; checked against the DataModule
@@ -130,6 +132,7 @@ class GNNRetrieverModule(RetrieverModule):
         stage: str = "qa",
         num_negatives: int = NUM_NEGATIVES,
         adversarial_temperature: float = ADVERSARIAL_TEMPERATURE,
+        hide_target_edges: bool = False,
         ks: Sequence[int] = (1, 2, 5, 10),
         ranker: str = "idf_topk",
         top_entities: int = DOC_RANKER_ENTITIES,
@@ -273,7 +276,9 @@ class GNNRetrieverModule(RetrieverModule):
         graph = self.graph(batch["kg"])
         generator = torch.Generator().manual_seed(1_000_003 * self.global_step + self.global_rank)
         triples = batch["triples"]
-        kgc = sample_kgc_batch(graph, triples, None, self.hparams.num_negatives, generator)
+        kgc = sample_kgc_batch(
+            graph, triples, None, self.hparams.num_negatives, generator, self.hparams.hide_target_edges
+        )
         return kgc_loss(self.gnn, graph, kgc, self.hparams.adversarial_temperature)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:

@@ -12,9 +12,13 @@ Galkin et al. 2024):
    state ``h0`` (the boundary condition) and update each entity;
 4. a 2-layer MLP scores ``[h_L, q]`` per entity.
 
-GFM-RAG+ (GLM-RAG App. B.1) instead starts every entity from its projected text
-embedding ``x``, with the query injected at the seeds (``h0 = x + w q``) or in
-every entity (``h0 = q * x + w q``, the paper's default).
+GFM-RAG+ (GLM-RAG App. B.1) instead starts every entity from its text embedding
+``x`` (the same sentence encoder as the question's ``e``): "all entities get query",
+the paper's baseline, initialises every node as ``e ⊙ x``; "only seed entities get
+query" multiplies only the seeds by the query, ``e ⊙ x`` at the seeds and ``x``
+elsewhere. The product lives in the embedding space and is mapped to the hidden
+size by the question's own projection ``W_q``, so GFM-RAG+ has GFM-RAG's
+8,144,897 parameters, as Table 14 lists one count for GFM-RAG (*, +).
 
 Layout: the states of a batch of B questions are kept node-major, ``(E, B, H)``.
 One edge list then serves the whole batch, gather and scatter run over
@@ -48,7 +52,10 @@ from torch_geometric.nn import MessagePassing
 
 from glmrag.nn.graph_inputs import GraphInputs
 
-QUERY_INJECTIONS = ("seeds", "all")
+QUERY_INJECTIONS = ("all", "seeds", "hidden_all", "hidden_seeds")
+"""GFM-RAG+ initial states. ``all`` and ``seeds`` are GLM-RAG App. B.1's two variants; ``hidden_all`` and
+``hidden_seeds`` are glmrag's earlier variants, kept by name (see :attr:`GNNConfig.query_injection`)."""
+HIDDEN_INJECTIONS = ("hidden_all", "hidden_seeds")
 
 
 @dataclass
@@ -68,8 +75,12 @@ class GNNConfig:
     use_node_features: bool = False
     """GFM-RAG+ (GLM-RAG §5.1, App. B.1): entities start from their text embeddings instead of zeros."""
     query_injection: str = "all"
-    """GFM-RAG+ only. ``"seeds"``: the query is added at the seeds, ``h0 = x + w q``. ``"all"``: every entity gets
-    ``q * x`` and the seeds also ``w q``. GLM-RAG App. B.1 (Table 6) found ``"all"`` better and uses it."""
+    """GFM-RAG+ only; ``e`` the question's and ``x_v`` entity v's sentence embedding, ``W_q`` the question
+    projection, ``w_v`` v's seed weight, ``x'_v = W_x x_v`` a separate entity projection. GLM-RAG App. B.1:
+    ``"all"``: ``h0_v = W_q (e ⊙ x_v)`` for every entity (Table 6's better variant, the paper's GFM-RAG+);
+    ``"seeds"``: ``h0_v = W_q (e ⊙ x_v)`` at the seeds (``w_v > 0``) and ``W_q x_v`` elsewhere. Not in the
+    paper (glmrag's earlier variants, in the hidden space and with GFM-RAG's seeded query added):
+    ``"hidden_all"``: ``(W_q e) ⊙ x'_v + w_v W_q e``; ``"hidden_seeds"``: ``x'_v + w_v W_q e``."""
     dropout: float = 0.0
     """Dropout on each layer's update before the residual (GFM-RAG uses none)."""
 
@@ -83,6 +94,13 @@ class GNNConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"GNNConfig.dropout must lie in [0, 1), got {self.dropout}")
+        paper_injection = self.use_node_features and self.query_injection not in HIDDEN_INJECTIONS
+        if paper_injection and self.node_dim != self.question_dim:
+            raise ValueError(
+                f"GNNConfig.query_injection={self.query_injection!r} multiplies question and entity embeddings "
+                f"(GLM-RAG App. B.1), so node_dim ({self.node_dim}) must equal question_dim ({self.question_dim}): "
+                "embed both with the same sentence encoder"
+            )
 
 
 class QueryRelationalConv(MessagePassing):
@@ -244,7 +262,8 @@ class QueryGNN(nn.Module):
         hidden = config.hidden_channels
         self.question_proj = nn.Linear(config.question_dim, hidden)  # GFM-RAG question_mlp
         self.relation_proj = nn.Linear(config.relation_dim, hidden)  # GFM-RAG rel_mlp, shared by all layers
-        self.node_proj = nn.Linear(config.node_dim, hidden) if config.use_node_features else None
+        separate = config.use_node_features and config.query_injection in HIDDEN_INJECTIONS
+        self.node_proj = nn.Linear(config.node_dim, hidden) if separate else None  # hidden_* variants only
         self.convs = nn.ModuleList(QueryRelationalConv(hidden, config.dropout) for _ in range(config.num_layers))
         # Entity scorer: a 2-layer MLP over [h_L, q] (GLM-RAG Table 14).
         self.readout = nn.Sequential(nn.Linear(2 * hidden, 2 * hidden), nn.ReLU(), nn.Linear(2 * hidden, 1))
@@ -275,10 +294,10 @@ class QueryGNN(nn.Module):
             - **output**: ``(B, E)`` logits; ``-inf`` outside a question's subgraph
         """
         if subgraphs is None:
-            return self.score(graph, self.question_proj(query), seed_weight, edge_mask)
+            return self.score(graph, self.question_proj(query), seed_weight, edge_mask, question=query)
         if edge_mask is not None:
             raise ValueError("edge_mask and subgraphs cannot be combined: drop the edges from the subgraphs instead")
-        return self.score_subgraphs(graph, self.question_proj(query), seed_weight, subgraphs)
+        return self.score_subgraphs(graph, self.question_proj(query), seed_weight, subgraphs, question=query)
 
     def kgc_forward(
         self,
@@ -291,7 +310,8 @@ class QueryGNN(nn.Module):
 
         As in GFM-RAG's pretraining, the query is the relation's own projected
         feature (``rel_mlp(rel_emb)[r]``) and the head is the only seed, with
-        weight 1. Use ``edge_mask`` to hide the target edges.
+        weight 1. Use ``edge_mask`` to hide the target edges. With entity features (GFM-RAG+, which the
+        paper does not pretrain) the relation's sentence embedding stands in for the question's.
 
         Shapes:
             - **head**: ``(B,)`` entity ids
@@ -299,9 +319,10 @@ class QueryGNN(nn.Module):
             - **edge_mask**: ``(2T,)`` bool or None
             - **output**: ``(B, E)`` logits
         """
-        query = self.relation_proj(graph.relation_features.index_select(0, relation))  # (B, H)
+        embedding = graph.relation_features.index_select(0, relation)  # (B, relation_dim)
+        query = self.relation_proj(embedding)  # (B, H)
         seed_weight = F.one_hot(head, graph.num_nodes).to(query.dtype)  # (B, E)
-        return self.score(graph, query, seed_weight, edge_mask)
+        return self.score(graph, query, seed_weight, edge_mask, question=embedding)
 
     def score(
         self,
@@ -309,10 +330,15 @@ class QueryGNN(nn.Module):
         query: torch.Tensor,
         seed_weight: torch.Tensor,
         edge_mask: torch.Tensor | None = None,
+        question: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Message passing and readout from a query already in the hidden space.
 
-        Shapes: **query** ``(B, H)``, **seed_weight** ``(B, E)`` -> ``(B, E)`` logits.
+        ``question`` is the query's sentence embedding before projection, which GFM-RAG+'s App. B.1 initial
+        states multiply with the entity embeddings (unused without entity features).
+
+        Shapes: **query** ``(B, H)``, **seed_weight** ``(B, E)``, **question** ``(B, question_dim)``
+        -> ``(B, E)`` logits.
         """
         self._check(graph, query, seed_weight)
         edge_index, edge_type = graph.edge_index, graph.edge_type
@@ -320,7 +346,7 @@ class QueryGNN(nn.Module):
             edge_index, edge_type = edge_index[:, edge_mask], edge_type[edge_mask]
 
         relation = self.relation_proj(graph.relation_features)  # (2R, H)
-        h0 = self.initial_state(graph, query, seed_weight)  # (E, B, H)
+        h0 = self.initial_state(graph, query, seed_weight, question)  # (E, B, H)
         x = h0
         for conv in self.convs:
             x = conv(x, h0, edge_index, edge_type, relation)  # (E, B, H)
@@ -330,7 +356,12 @@ class QueryGNN(nn.Module):
         return logits.t().contiguous()  # (B, E)
 
     def score_subgraphs(
-        self, graph: GraphInputs, query: torch.Tensor, seed_weight: torch.Tensor, subgraphs: SubgraphBatch
+        self,
+        graph: GraphInputs,
+        query: torch.Tensor,
+        seed_weight: torch.Tensor,
+        subgraphs: SubgraphBatch,
+        question: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """:meth:`score` with each question restricted to its own subgraph (GLM-RAG §5.5, Table 3).
 
@@ -341,7 +372,7 @@ class QueryGNN(nn.Module):
         outside the subgraph get the logit ``-inf`` (ranked after every subgraph entity, no gradient).
 
         Shapes:
-            - **query**: ``(B, H)``, **seed_weight**: ``(B, E)``
+            - **query**: ``(B, H)``, **seed_weight**: ``(B, E)``, **question**: ``(B, question_dim)`` (as :meth:`score`)
             - local states ``(N, H)``, messages ``(2S, H)``: N subgraph entities and S triples in all
             - **output**: ``(B, E)`` logits, ``-inf`` outside each question's subgraph
         """
@@ -353,7 +384,8 @@ class QueryGNN(nn.Module):
         relation = self.relation_proj(graph.relation_features.index_select(0, subgraphs.relation_ids))  # (K, H)
         q = query.index_select(0, rows)  # (N, H)
         w = seed_weight[rows, ents].unsqueeze(-1).to(query.dtype)  # (N, 1)
-        h0 = self._boundary(w * q, q, self._node_states(graph, ents))  # (N, H)
+        raw = None if question is None else question.index_select(0, rows)  # (N, question_dim)
+        h0 = self._boundary(w, q, raw, graph, ents)  # (N, H)
         x = h0
         for conv in self.convs:
             x = conv(x, h0, subgraphs.edge_index, subgraphs.edge_relation, relation)  # (N, H)
@@ -373,33 +405,57 @@ class QueryGNN(nn.Module):
                 f"expected (B, E) = {(query.shape[0], graph.num_nodes)}"
             )
 
-    def initial_state(self, graph: GraphInputs, query: torch.Tensor, seed_weight: torch.Tensor) -> torch.Tensor:
-        """The boundary condition h0.
+    def initial_state(
+        self, graph: GraphInputs, query: torch.Tensor, seed_weight: torch.Tensor, question: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The boundary condition h0 (GFM-RAG: ``w q`` at the seeds; GFM-RAG+: see :attr:`GNNConfig.query_injection`).
 
-        Shapes: **query** ``(B, H)``, **seed_weight** ``(B, E)`` -> ``(E, B, H)``.
+        Shapes: **query** ``(B, H)``, **seed_weight** ``(B, E)``, **question** ``(B, question_dim)`` or None
+        -> ``(E, B, H)``.
         """
         w = seed_weight.t().unsqueeze(-1).to(query.dtype)  # (E, B, 1)
-        seeded = w * query.unsqueeze(0)  # (E, B, H): GFM-RAG, query at the seeds, zero elsewhere
-        x = self._node_states(graph)  # (E, H) or None
-        return self._boundary(seeded, query.unsqueeze(0), None if x is None else x.unsqueeze(1))  # (E, B, H)
+        raw = None if question is None else question.unsqueeze(0)  # (1, B, question_dim)
+        return self._boundary(w, query.unsqueeze(0), raw, graph)  # (E, B, H)
 
-    def _boundary(self, seeded: torch.Tensor, query: torch.Tensor, x: torch.Tensor | None) -> torch.Tensor:
-        """h0 from the seeded query ``w q`` and, for GFM-RAG+, the projected entity features ``x``.
+    def _boundary(
+        self,
+        w: torch.Tensor,
+        query: torch.Tensor,
+        question: torch.Tensor | None,
+        graph: GraphInputs,
+        entities: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """h0 from the seed weights ``w``, the projected query and, for GFM-RAG+, the entity embeddings.
 
-        Shapes: ``(E, B, H)``, ``(1, B, H)``, ``(E, 1, H)`` -> ``(E, B, H)``; or ``(N, H)`` each -> ``(N, H)``.
+        Shapes: whole KG ``(E, B, 1)``, ``(1, B, H)``, ``(1, B, D)`` -> ``(E, B, H)``; subgraphs
+        (``entities`` ``(N,)``) ``(N, 1)``, ``(N, H)``, ``(N, D)`` -> ``(N, H)``.
         """
-        if x is None:
+        seeded = w * query  # (E, B, H): GFM-RAG, the query at the seeds, zero elsewhere
+        features = self._node_features(graph, entities)  # (E | N, D) or None
+        if features is None:
             return seeded
-        if self.config.query_injection == "seeds":
-            return x + seeded
-        return x * query + seeded
+        if features.dim() < query.dim():
+            features = features.unsqueeze(1)  # (E, 1, D): broadcast over the batch
+        mode = self.config.query_injection
+        if mode in HIDDEN_INJECTIONS:
+            x = self.node_proj(features)  # (E, 1, H) or (N, H)
+            return x + seeded if mode == "hidden_seeds" else x * query + seeded
+        if question is None:
+            raise ValueError(
+                f"query_injection={mode!r} (GLM-RAG App. B.1) multiplies the question's sentence embedding with "
+                "the entity embeddings: pass question= (QueryGNN.forward does)"
+            )
+        mixed = question * features  # (E, B, D) or (N, D): e ⊙ x_v
+        if mode == "seeds":
+            mixed = torch.where(w > 0, mixed, features)  # only the seeds get the query; the rest keep x_v
+        return self.question_proj(mixed)  # (E, B, H) or (N, H)
 
-    def _node_states(self, graph: GraphInputs, entities: torch.Tensor | None = None) -> torch.Tensor | None:
-        """GFM-RAG+: the projected text embeddings of ``entities`` (all when None); None for GFM-RAG.
+    def _node_features(self, graph: GraphInputs, entities: torch.Tensor | None = None) -> torch.Tensor | None:
+        """GFM-RAG+: the text embeddings of ``entities`` (all when None); None for GFM-RAG.
 
-        Shapes: **entities** ``(N,)`` -> ``(N, H)``; None -> ``(E, H)``.
+        Shapes: **entities** ``(N,)`` -> ``(N, node_dim)``; None -> ``(E, node_dim)``.
         """
-        if self.node_proj is None:
+        if not self.config.use_node_features:
             return None
         if graph.node_features is None:
             raise ValueError(
@@ -411,5 +467,4 @@ class QueryGNN(nn.Module):
                 f"graph.node_features has {graph.node_features.shape[1]} columns but GNNConfig.node_dim is "
                 f"{self.config.node_dim}; set node_dim to the entity embedder's size"
             )
-        features = graph.node_features if entities is None else graph.node_features.index_select(0, entities)
-        return self.node_proj(features)  # (N, H)
+        return graph.node_features if entities is None else graph.node_features.index_select(0, entities)

@@ -5,10 +5,12 @@ the query is the relation's own projected feature, the head the only seed,
 and the model scores the true tail against 256 strict negatives (entities that
 are not tails of ``(h, r)`` anywhere in the KG), with self-adversarial BCE at
 temperature 1 (GFM-RAG ``stage2_kg_pretrain.yaml``: ``num_negative: 256``,
-``strict_negative: yes``, ``adversarial_temperature: 1``). The edges of the
-batch's target triples are hidden from the message passing so that the model
-has to find other paths (NBFNet/ULTRA ``remove_easy_edges``). GLM-RAG's
-GFM-RAG* skips this stage (§5.1: pretraining barely matters, Fig. 3-4).
+``strict_negative: yes``, ``adversarial_temperature: 1``). As in GFM-RAG, the
+message passing sees the whole KG, the batch's target triples included: its
+``QueryNBFNet`` leaves NBFNet/ULTRA's ``remove_easy_edges`` call commented out.
+``hide_target_edges=True`` hides them instead (NBFNet/ULTRA), so that the
+model has to find other paths. GLM-RAG's GFM-RAG* skips this stage (§5.1:
+pretraining barely matters, Fig. 3-4).
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ class KGCBatch:
     """(B,) long: the true tail of each query."""
     negatives: torch.Tensor
     """(B, K) long: entities that are not tails of ``(head, relation)`` in the KG or in the sampled triples."""
-    edge_mask: torch.Tensor
-    """(2T,) bool over ``graph.edge_index``: False for both directions of every query triple of the batch."""
+    edge_mask: torch.Tensor | None
+    """(2T,) bool over ``graph.edge_index``: False for both directions of every query triple of the batch;
+    None when the target edges stay visible (GFM-RAG, ``hide_target_edges=False``)."""
 
 
 def _keys(src: torch.Tensor, rel: torch.Tensor, dst: torch.Tensor, num_types: int, num_nodes: int) -> torch.Tensor:
@@ -59,6 +62,7 @@ def sample_kgc_batch(
     batch_size: int | None,
     num_negatives: int = NUM_NEGATIVES,
     generator: torch.Generator | None = None,
+    hide_target_edges: bool = False,
 ) -> KGCBatch:
     """Draw ``batch_size`` training triples (with replacement) and turn them into tail-prediction queries.
 
@@ -70,7 +74,8 @@ def sample_kgc_batch(
     NBFNet and ULTRA split a batch between tail and head corruption. Negatives
     are drawn uniformly among the entities that are not true answers
     (strict negatives), by rejection. Sampling runs on the CPU; the batch is
-    returned on the graph's device.
+    returned on the graph's device. ``hide_target_edges`` masks both directions of every query triple
+    out of the message passing (NBFNet/ULTRA); GFM-RAG keeps them (the default).
 
     Shapes: **triples** ``(T', 3)`` long rows ``(h, r, t)`` with ``r < R``, usually all of the KG's.
     """
@@ -116,21 +121,22 @@ def sample_kgc_batch(
             "(head, relation) has almost every entity as a true tail; lower num_negatives"
         )
 
-    # Hide both directions of every query triple of the batch (parallel copies included).
-    edge_key = _keys(src, graph.edge_type.cpu(), dst, num_types, num_nodes)  # (2T,)
-    query_edges = torch.cat(
-        [
-            _keys(head, relation, tail, num_types, num_nodes),
-            _keys(tail, _inverse(relation, num_rel), head, num_types, num_nodes),
-        ]
-    )
-    edge_mask = ~torch.isin(edge_key, query_edges)  # (2T,)
+    edge_mask = None
+    if hide_target_edges:  # both directions of every query triple of the batch (parallel copies included)
+        edge_key = _keys(src, graph.edge_type.cpu(), dst, num_types, num_nodes)  # (2T,)
+        query_edges = torch.cat(
+            [
+                _keys(head, relation, tail, num_types, num_nodes),
+                _keys(tail, _inverse(relation, num_rel), head, num_types, num_nodes),
+            ]
+        )
+        edge_mask = ~torch.isin(edge_key, query_edges)  # (2T,)
     return KGCBatch(
         head=head.to(device),
         relation=relation.to(device),
         tail=tail.to(device),
         negatives=negatives.to(device),
-        edge_mask=edge_mask.to(device),
+        edge_mask=None if edge_mask is None else edge_mask.to(device),
     )
 
 
@@ -145,7 +151,7 @@ def kgc_loss(
     Per query, the positive has weight 1 and the negatives
     ``softmax(logit / adversarial_temperature)`` without gradient (Sun et al.
     2019); the query's loss is ``sum(w * bce) / sum(w)``. The message passing
-    runs without the batch's target edges (``batch.edge_mask``).
+    runs without the edges ``batch.edge_mask`` hides (none unless the batch hides its target edges).
 
     Shapes: returns a scalar.
     """

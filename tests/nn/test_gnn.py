@@ -149,24 +149,50 @@ def test_edge_mask_equals_removing_the_edges(random_graph, make_graph):
     torch.testing.assert_close(model(graph, query, weight, edge_mask=mask), model(pruned, query, weight))
 
 
-def test_gfm_rag_plus_initial_states(random_graph, make_graph):
+def test_gfm_rag_plus_initial_states_follow_app_b1(random_graph, make_graph):
+    """GLM-RAG App. B.1, written out per entity: "all entities get query" initialises every node as
+    query_emb * node_emb; "only seed entities get query" multiplies only the seeds by the query embedding.
+    Both then map the embedding-space state to the hidden size with the question projection W_q."""
     torch.manual_seed(5)
     n = 20
     feats = torch.randn(n, DIM)
     graph = make_graph(random_graph(n, 50), feats)
-    query, weight = torch.randn(2, 8), seeds(2, n, [[1], [2, 3]])
-    for mode in ("seeds", "all"):
+    question, weight = torch.randn(2, DIM), seeds(2, n, [[1], [2, 3]])
+    for mode in ("all", "seeds"):
         model = QueryGNN(tiny_config(use_node_features=True, query_injection=mode))
-        x = model.node_proj(feats).unsqueeze(1)  # (E, 1, H)
-        seeded = weight.t().unsqueeze(-1) * query  # (E, B, H)
-        expected = x + seeded if mode == "seeds" else x * query + seeded
-        torch.testing.assert_close(model.initial_state(graph, query, weight), expected.expand(n, 2, 8))
+        W, b = model.question_proj.weight, model.question_proj.bias
+        expected = torch.empty(n, 2, 8)
+        for v in range(n):
+            for q in range(2):
+                gets_query = mode == "all" or weight[q, v] > 0
+                state = question[q] * feats[v] if gets_query else feats[v]
+                expected[v, q] = W @ state + b
+        h0 = model.initial_state(graph, model.question_proj(question), weight, question)
+        torch.testing.assert_close(h0, expected)
+        assert model.node_proj is None  # no parameters beyond GFM-RAG's (Table 14: one count for *, +)
 
     plain = QueryGNN(tiny_config())
-    h0 = plain.initial_state(graph, query, weight)
+    h0 = plain.initial_state(graph, torch.randn(2, 8), weight)
     assert torch.count_nonzero(h0.abs().sum(-1)) == 3  # only the three (question, seed) pairs are non-zero
     with pytest.raises(ValueError, match="node_features is None"):
         QueryGNN(tiny_config(use_node_features=True))(make_graph(random_graph(n, 50)), torch.randn(1, DIM), weight[:1])
+    with pytest.raises(ValueError, match="node_dim"):
+        tiny_config(use_node_features=True, node_dim=DIM + 1)
+
+
+def test_gfm_rag_plus_hidden_variants_are_the_named_alternatives(random_graph, make_graph):
+    """glmrag's earlier GFM-RAG+ states, kept by name: (W_q e) * (W_x x) + w W_q e and W_x x + w W_q e."""
+    torch.manual_seed(6)
+    n = 12
+    feats = torch.randn(n, DIM)
+    graph = make_graph(random_graph(n, 30), feats)
+    query, weight = torch.randn(2, 8), seeds(2, n, [[1], [2, 3]])
+    for mode in ("hidden_all", "hidden_seeds"):
+        model = QueryGNN(tiny_config(use_node_features=True, query_injection=mode))
+        x = model.node_proj(feats).unsqueeze(1)  # (E, 1, H)
+        seeded = weight.t().unsqueeze(-1) * query  # (E, B, H)
+        expected = x * query + seeded if mode == "hidden_all" else x + seeded
+        torch.testing.assert_close(model.initial_state(graph, query, weight), expected.expand(n, 2, 8))
 
 
 def one_hop_task(random_graph, make_graph):
