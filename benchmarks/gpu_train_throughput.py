@@ -118,6 +118,7 @@ def system_config(system: str, args: argparse.Namespace, workdir: Path) -> DictC
     cfg.logger = None
     cfg.callbacks = {"throughput": {"_target_": f"{__name__}.ThroughputMeter", "warmup": args.warmup}}
     cfg.data.limit = args.limit
+    cfg.index.update(embed_model=OFFLINE_TOKENIZER, embed_dim=384)  # offline MiniLM, not the paper configs' hub mpnet
     cfg.datamodule.num_workers = args.workers
     cfg.trainer.update(
         accelerator="gpu" if gpu else "cpu",

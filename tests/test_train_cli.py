@@ -14,8 +14,11 @@ from glmrag.training import evaluation_config, resolve_wandb_mode, run_train, wa
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("study_*.yaml"))
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml"))
-TINY = ["model.hidden_channels=8", "model.num_layers=1", "data.limit=8", "logger=[csv]"]
+# The paper configs embed with all-mpnet-base-v2 from the hub; the tests run offline on MiniLM.
+OFFLINE = ["index.embed_model=offline:all-MiniLM-L6-v2", "index.embed_dim=384"]
+TINY = ["model.hidden_channels=8", "model.num_layers=1", "data.limit=8", "logger=[csv]", *OFFLINE]
 TINY_GLM = [
+    *OFFLINE,
     "model.t5_config={d_model: 16, d_ff: 32, num_layers: 1, num_heads: 2, d_kv: 8}",
     "model.tokenizer=offline:all-MiniLM-L6-v2",
     "model.max_triplets=30",
@@ -73,7 +76,8 @@ def test_experiment_values_reach_the_model():
     star = _compose(["experiment=gfm_rag_star", "output_dir=x"])
     assert plus.model.use_node_features and plus.datamodule.node_features and plus.model.hidden_channels == 512
     assert not star.model.use_node_features and star.pretrain is None
-    assert _compose(["experiment=gfm_rag", "output_dir=x"]).pretrain.max_epochs == 1
+    assert _compose(["experiment=gfm_rag", "output_dir=x"]).pretrain.max_epochs == 10  # GFM-RAG stage2_kg_pretrain
+    assert (plus.datamodule.batch_size, star.datamodule.batch_size) == (2, 4)  # GLM-RAG App. B
     assert _compose(["output_dir=x"]).datamodule.task == "qa"
 
 

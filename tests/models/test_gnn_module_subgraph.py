@@ -217,6 +217,7 @@ def test_restricted_systems_run_fast_dev_run(budget, glmrag_cache, tmp_path):
 
     paths = [f"output_dir={tmp_path / 'out'}", f"checkpoint_dir={tmp_path / 'ckpt'}", f"results_dir={tmp_path / 'r'}"]
     tiny = ["model.hidden_channels=8", "model.num_layers=1", "data.limit=8", "logger=[csv]"]
+    tiny += ["index.embed_model=offline:all-MiniLM-L6-v2", "index.embed_dim=384"]  # offline, not the paper mpnet
     cfg = _compose([f"+system=gfm_rag_star_t{budget}", *tiny, *paths, "+trainer.fast_dev_run=true"])
     assert cfg.run_name == f"gfm_rag_star_t{budget}-musique100"
     out = run_train(cfg)
