@@ -23,6 +23,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from glmrag.config_check import validate_eval_config
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import Corpus, Question
 from glmrag.eval import EvalResult, evaluate, format_markdown, write_outputs
@@ -169,6 +170,7 @@ def add_qa_and_cost_columns(
 def run_eval(cfg: DictConfig) -> EvalResult:
     """Rank the questions of ``cfg.data`` with every retriever in ``cfg.retriever`` and evaluate them together;
     with ``cfg.qa`` also answer them with ``cfg.reader`` and score the answers and the ``cfg.qa_baselines``."""
+    validate_eval_config(cfg)
     full = load_dataset(cfg.data.name, root=cfg.data.root)
     dataset = load_dataset(cfg.data.name, split=cfg.data.split, limit=cfg.data.limit, root=cfg.data.root)
     log.info(
@@ -184,9 +186,11 @@ def run_eval(cfg: DictConfig) -> EvalResult:
     retrievers = make_retrievers(cfg.retriever)
     rankings: dict[str, list[Ranking]] = {}
     ms_per_question: dict[str, float] = {}
+    # top_k null: every passage is ranked, so MRR is the reciprocal rank in the full ranking
+    depth = len(dataset.corpus) if cfg.top_k is None else cfg.top_k
     for name, retriever in retrievers.items():
         start = time.perf_counter()
-        rankings[name] = retriever.retrieve(questions, index, dataset.corpus, top_k=max(cfg.top_k, max(cfg.ks)))
+        rankings[name] = retriever.retrieve(questions, index, dataset.corpus, top_k=depth)
         ms_per_question[name] = 1000 * (time.perf_counter() - start) / max(len(questions), 1)
         log.info("%s: %.1f ms per question", name, ms_per_question[name])
 
