@@ -70,3 +70,15 @@ def compose_config(name: str, overrides: list[str]):
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GLMRAG_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path / "cache"
+
+
+@pytest.fixture
+def toy_inputs():
+    """Two passages, one question, a counting extractor, no embeddings: an index that builds in milliseconds."""
+    from glmrag.data.types import Corpus, Passage, Question
+    from glmrag.index.build import IndexSettings
+    from tests.index.test_store import CountingExtractor
+
+    corpus = Corpus([Passage.make("Alpha", "Alpha text."), Passage.make("Beta", "Beta text.")])
+    questions = [Question("q", "Alpha?", ("Alpha",), (corpus[0].id,))]
+    return corpus, questions, CountingExtractor(), IndexSettings(embed_model=None)
