@@ -4,12 +4,14 @@ checksummed cache arrays, and checkpoint paths that are loaded weights-only."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import hashlib
 import io
 import logging
 import os
 import re
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -190,3 +192,39 @@ def file_lock(path: str | os.PathLike[str], shared: bool = False) -> Iterator[bo
         yield True
     finally:
         os.close(fd)  # closing drops the lock
+
+
+# --- child processes die with their parent -------------------------------------------------------------
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_children_die_installed = False
+
+
+def _die_with_parent(parent: int) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl (not Linux): children may outlive a killed parent
+        return
+    if os.getppid() != parent:  # the parent died before prctl: nobody is left to signal us
+        os._exit(1)
+
+
+def children_die_with_parent() -> None:
+    """Every process forked from now on (spaCy ``n_process`` workers, DataLoader workers) gets SIGKILL when
+    the process that forked it dies, even by ``kill -9`` or the OOM killer, instead of living on with ppid 1.
+
+    Linux ``prctl(PR_SET_PDEATHSIG)``; the signal follows the forking *thread*, so fork from the main thread.
+    Idempotent. ``subprocess`` children (fork + exec in C) are not affected.
+    """
+    global _children_die_installed
+    if _children_die_installed or not hasattr(os, "register_at_fork"):
+        return
+    os.register_at_fork(
+        before=lambda: _fork_parent.__setitem__(0, os.getpid()),
+        after_in_child=lambda: _die_with_parent(_fork_parent[0]),
+    )
+    _children_die_installed = True
+
+
+_fork_parent = [0]

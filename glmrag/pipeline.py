@@ -35,6 +35,7 @@ from glmrag.eval.store import run_record, write_run
 from glmrag.index.cache import get_index
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
+from glmrag.io import children_die_with_parent
 from glmrag.llm.base import LLMBudgetExceeded, Usage, failure_budget
 from glmrag.qa import ANSWER_FALLBACK, QAReader, baseline_contexts
 from glmrag.retrievers.base import AnsweringRetriever, LLMCostedRetriever, Ranking, Retriever
@@ -178,6 +179,7 @@ def run_eval(cfg: DictConfig) -> EvalResult:
     :class:`~glmrag.llm.base.LLMBudgetExceeded` is raised.
     """
     validate_eval_config(cfg)
+    children_die_with_parent()  # spaCy / DataLoader workers must not outlive a killed job
     with failure_budget(cfg.get("max_llm_failures")) as budget:
         result = _run_eval(cfg)
     if budget.exceeded:
