@@ -1,10 +1,24 @@
-"""Files on disk: the cache root, and atomic writes (a reader sees the old file or the new one, never half)."""
+"""Files on disk: the cache root, atomic writes (a reader sees the old file or the new one, never half),
+checksummed cache arrays, and checkpoint paths that are loaded weights-only."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import fcntl
+import hashlib
+import io
+import logging
 import os
+import re
+import signal
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
 
 CACHE_ENV = "GLMRAG_CACHE_DIR"
 
@@ -46,3 +60,171 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+# --- checkpoints: local files, loaded weights-only -------------------------------------------------------
+
+_REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+class CheckpointPathError(ValueError):
+    """A checkpoint path that glmrag refuses to load: unset, remote, or not a file."""
+
+
+def local_checkpoint(path: str | os.PathLike[str] | None, key: str = "ckpt_path") -> Path:
+    """``path`` as a local checkpoint file, or :class:`CheckpointPathError` naming ``key`` and the fix.
+
+    URLs (``http://``, ``s3://``, ...) are refused: Lightning unpickles a downloaded checkpoint with
+    ``weights_only=False``, which runs any code the file holds. Download it yourself, check where it comes
+    from, and pass the local path (loaded weights-only).
+    """
+    if path is None or not str(path).strip():
+        raise CheckpointPathError(f"{key} is not set; pass {key}=<a .ckpt written by train.py>")
+    text = str(path)
+    if _REMOTE.match(text):
+        raise CheckpointPathError(
+            f"{key}={text}: remote checkpoints are refused (Lightning would unpickle a download with "
+            "weights_only=False, i.e. run code from the file); download it, check its source and pass the local path"
+        )
+    local = Path(text).expanduser()
+    if not local.is_file():
+        raise CheckpointPathError(f"{key}={text}: no such checkpoint file ({local.resolve()} does not exist)")
+    return local
+
+
+def load_checkpoint_dict(path: str | os.PathLike[str], key: str = "ckpt_path") -> dict:
+    """The checkpoint dict of a local file, unpickled weights-only (tensors and plain values, never code)."""
+    import pickle
+
+    import torch
+
+    local = local_checkpoint(path, key)
+    try:
+        ckpt = torch.load(local, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as err:
+        raise CheckpointPathError(
+            f"{key}={path}: not a weights-only checkpoint ({type(err).__name__}: {str(err)[:300]}); "
+            "only checkpoints of tensors and plain values are loaded"
+        ) from err
+    if not isinstance(ckpt, dict):
+        raise CheckpointPathError(f"{key}={path}: holds a {type(ckpt).__name__}, not a Lightning checkpoint dict")
+    return ckpt
+
+
+# --- caches: atomic, checksummed, loaded with a clear error ----------------------------------------------
+
+CACHE_MAGIC = b"GLMRAG-CACHE-1\n"
+
+
+class CacheError(RuntimeError):
+    """A cache file that cannot be trusted (truncated, edited, of another format); delete it to rebuild."""
+
+
+def write_cache_array(path: str | os.PathLike[str], array: np.ndarray) -> Path:
+    """Save ``array`` (no objects) at ``path`` atomically, behind a header with its SHA-256."""
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(array), allow_pickle=False)
+    payload = buf.getvalue()
+    return atomic_write_bytes(path, CACHE_MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+
+
+def read_cache_array(path: str | os.PathLike[str]) -> np.ndarray:
+    """The array saved by :func:`write_cache_array`; :class:`CacheError` (naming the file) when it is not intact."""
+    path = Path(path)
+    try:
+        blob = path.read_bytes()
+    except OSError as err:
+        raise CacheError(f"{path}: unreadable cache ({err}); delete it to rebuild") from err
+    head, _, rest = blob.partition(b"\n")
+    digest, _, payload = rest.partition(b"\n")
+    if head + b"\n" != CACHE_MAGIC:
+        raise CacheError(f"{path}: not a glmrag cache file (an older format or another file); delete it to rebuild")
+    if hashlib.sha256(payload).hexdigest().encode() != digest:
+        raise CacheError(f"{path}: checksum mismatch (truncated or edited); delete it to rebuild")
+    try:
+        return np.load(io.BytesIO(payload), allow_pickle=False)
+    except (ValueError, OSError) as err:
+        raise CacheError(f"{path}: unreadable array ({err}); delete it to rebuild") from err
+
+
+def load_cached_array(path: str | os.PathLike[str]) -> np.ndarray | None:
+    """The cached array at ``path``, or None (logged) when it is missing or not intact, so the caller rebuilds it."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        return read_cache_array(path)
+    except CacheError as err:
+        log.warning("ignoring a bad cache file, rebuilding: %s", err)
+        return None
+
+
+def check_writable(folder: str | os.PathLike[str], what: str) -> Path:
+    """Create ``folder`` and prove a file can be written there, before any slow work whose result goes there."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise PermissionError(
+            f"{what} folder {folder} is not writable ({err.strerror}); point it elsewhere "
+            f"(e.g. {CACHE_ENV}=/some/writable/dir) or fix its permissions"
+        ) from err
+    return folder
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike[str], shared: bool = False) -> Iterator[bool]:
+    """Hold an ``flock`` on ``path`` (created if needed): shared for readers, exclusive for a writer.
+
+    Yields True when locked, False when the lock file cannot be created (a read-only folder: reading
+    without a lock is then safe, since no one can write there either). Released when the process dies.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, default_mode())
+    except OSError:
+        yield False
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield True
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
+# --- child processes die with their parent -------------------------------------------------------------
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_children_die_installed = False
+
+
+def _die_with_parent(parent: int) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl (not Linux): children may outlive a killed parent
+        return
+    if os.getppid() != parent:  # the parent died before prctl: nobody is left to signal us
+        os._exit(1)
+
+
+def children_die_with_parent() -> None:
+    """Every process forked from now on (spaCy ``n_process`` workers, DataLoader workers) gets SIGKILL when
+    the process that forked it dies, even by ``kill -9`` or the OOM killer, instead of living on with ppid 1.
+
+    Linux ``prctl(PR_SET_PDEATHSIG)``; the signal follows the forking *thread*, so fork from the main thread.
+    Idempotent. ``subprocess`` children (fork + exec in C) are not affected.
+    """
+    global _children_die_installed
+    if _children_die_installed or not hasattr(os, "register_at_fork"):
+        return
+    os.register_at_fork(
+        before=lambda: _fork_parent.__setitem__(0, os.getpid()),
+        after_in_child=lambda: _die_with_parent(_fork_parent[0]),
+    )
+    _children_die_installed = True
+
+
+_fork_parent = [0]

@@ -23,9 +23,11 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from glmrag.config_check import validate_eval_config
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import Corpus, Question
 from glmrag.eval import EvalResult, evaluate, format_markdown, write_outputs
+from glmrag.eval.llm_failures import failure_summary, retrieve_guarded
 from glmrag.eval.metrics import qa_metrics
 from glmrag.eval.report import COST_FIELDS, cost_columns
 from glmrag.eval.significance import Interval, bootstrap_ci
@@ -33,7 +35,8 @@ from glmrag.eval.store import run_record, write_run
 from glmrag.index.cache import get_index
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
-from glmrag.llm.base import Usage
+from glmrag.io import children_die_with_parent
+from glmrag.llm.base import LLMBudgetExceeded, Usage, failure_budget
 from glmrag.qa import ANSWER_FALLBACK, QAReader, baseline_contexts
 from glmrag.retrievers.base import AnsweringRetriever, LLMCostedRetriever, Ranking, Retriever
 
@@ -168,7 +171,26 @@ def add_qa_and_cost_columns(
 
 def run_eval(cfg: DictConfig) -> EvalResult:
     """Rank the questions of ``cfg.data`` with every retriever in ``cfg.retriever`` and evaluate them together;
-    with ``cfg.qa`` also answer them with ``cfg.reader`` and score the answers and the ``cfg.qa_baselines``."""
+    with ``cfg.qa`` also answer them with ``cfg.reader`` and score the answers and the ``cfg.qa_baselines``.
+
+    The config is checked first (:func:`~glmrag.config_check.validate_eval_config`). A question whose LLM
+    calls fail is scored as failed and counted (``settings.llm_failures``); once more than
+    ``cfg.max_llm_failures`` calls failed, the rest is scored as failed, the outputs are written, and
+    :class:`~glmrag.llm.base.LLMBudgetExceeded` is raised.
+    """
+    validate_eval_config(cfg)
+    children_die_with_parent()  # spaCy / DataLoader workers must not outlive a killed job
+    with failure_budget(cfg.get("max_llm_failures")) as budget:
+        result = _run_eval(cfg)
+    if budget.exceeded:
+        raise LLMBudgetExceeded(
+            f"{budget.failures} LLM calls failed, more than max_llm_failures={budget.max_failures}; the questions "
+            f"after that were scored as failed; outputs of what finished are in {cfg.output_dir}"
+        )
+    return result
+
+
+def _run_eval(cfg: DictConfig) -> EvalResult:
     full = load_dataset(cfg.data.name, root=cfg.data.root)
     dataset = load_dataset(cfg.data.name, split=cfg.data.split, limit=cfg.data.limit, root=cfg.data.root)
     log.info(
@@ -183,10 +205,13 @@ def run_eval(cfg: DictConfig) -> EvalResult:
 
     retrievers = make_retrievers(cfg.retriever)
     rankings: dict[str, list[Ranking]] = {}
+    failed: dict[str, list[str]] = {}
     ms_per_question: dict[str, float] = {}
+    # top_k null: every passage is ranked, so MRR is the reciprocal rank in the full ranking
+    depth = len(dataset.corpus) if cfg.top_k is None else cfg.top_k
     for name, retriever in retrievers.items():
         start = time.perf_counter()
-        rankings[name] = retriever.retrieve(questions, index, dataset.corpus, top_k=max(cfg.top_k, max(cfg.ks)))
+        rankings[name], failed[name] = retrieve_guarded(name, retriever, questions, index, dataset.corpus, depth)
         ms_per_question[name] = 1000 * (time.perf_counter() - start) / max(len(questions), 1)
         log.info("%s: %.1f ms per question", name, ms_per_question[name])
 
@@ -224,6 +249,7 @@ def run_eval(cfg: DictConfig) -> EvalResult:
         costs = llm_costs([*retrievers, *baselines], retrievers, reader, questions)
         result.settings["llm_cost"] = mean_costs(costs)
     add_qa_and_cost_columns(result, answers, costs)
+    result.settings["llm_failures"] = failure_summary(failed, costs)
     if reader is not None:
         by_method = reader.llm.usage.by_method()
         read = [s for s in [*retrievers, *baselines] if not isinstance(retrievers.get(s), AnsweringRetriever)]

@@ -21,8 +21,10 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
+from glmrag.config_check import validate_train_config
 from glmrag.eval import EvalResult
 from glmrag.eval.store import run_record, write_run
+from glmrag.io import children_die_with_parent, local_checkpoint
 from glmrag.models.datamodule import dataset_index_config
 from glmrag.pipeline import hydra_overrides, resolved_config_yaml, run_eval
 
@@ -92,11 +94,31 @@ def _instantiate_all(cfg: DictConfig | None) -> list[Any]:
 
 
 def best_checkpoint(callbacks: list[Callback]) -> str | None:
-    """The best checkpoint of the run's ModelCheckpoint, else its last one."""
+    """The best checkpoint of the run's first ModelCheckpoint, else its last one."""
     for cb in callbacks:
         if isinstance(cb, ModelCheckpoint):
             return cb.best_model_path or cb.last_model_path or None
     return None
+
+
+def last_checkpoint(callbacks: list[Callback]) -> str | None:
+    """The checkpoint of the final epoch: a ModelCheckpoint's ``last.ckpt``, or the latest of one without monitor."""
+    for cb in callbacks:
+        if isinstance(cb, ModelCheckpoint) and (cb.last_model_path or (cb.monitor is None and cb.best_model_path)):
+            return cb.last_model_path or cb.best_model_path
+    return None
+
+
+def resume_folder(cfg: DictConfig) -> DictConfig:
+    """``cfg`` whose ``checkpoint_dir`` is the folder of ``cfg.ckpt_path`` when resuming, so the resumed run
+    writes beside its checkpoint and ModelCheckpoint restores its best score (Lightning drops it, with a
+    warning, when ``dirpath`` changed)."""
+    if not cfg.get("ckpt_path"):
+        return cfg
+    folder = str(local_checkpoint(cfg.ckpt_path).resolve().parent)
+    if Path(cfg.checkpoint_dir).resolve() != Path(folder):
+        log.info("resuming: checkpoints go to %s, the folder of ckpt_path (not %s)", folder, cfg.checkpoint_dir)
+    return OmegaConf.merge(cfg, {"checkpoint_dir": folder})
 
 
 def eval_datasets(cfg: DictConfig) -> list[str]:
@@ -126,7 +148,7 @@ def evaluation_config(cfg: DictConfig, ckpt_path: str, dataset: str | None = Non
             "output_dir": str(Path(cfg.output_dir) / ("eval" if name == cfg.data.name else f"eval_{name}")),
             "reference": cfg.run_name,
             "ks": list(cfg.ks),
-            "top_k": max(cfg.ks),
+            "top_k": None,  # the full ranking: MRR counts every position
             "n_boot": cfg.n_boot,
             "seed": cfg.seed,
             "qa": False,  # answering after training: python eval.py retriever=checkpoint ckpt_path=... qa=true
@@ -144,7 +166,10 @@ def fit(cfg: DictConfig) -> tuple[L.Trainer, list[Callback], list[Logger]]:
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     for logger in loggers:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
-    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    resume = cfg.get("ckpt_path")
+    # weights_only: a checkpoint is data, never code (local_checkpoint refuses URLs, which Lightning would unpickle)
+    resume = str(local_checkpoint(resume)) if resume else None
+    trainer.fit(model, datamodule=datamodule, ckpt_path=resume, weights_only=True)
     return trainer, callbacks, loggers
 
 
@@ -167,10 +192,13 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     first, None when ``evaluate`` is false) and the run's results-store folders
     (``stored``; none for a fast_dev_run).
     """
+    validate_train_config(cfg)
+    children_die_with_parent()  # DataLoader / spaCy workers must not outlive a killed job
+    cfg = resume_folder(cfg)
     L.seed_everything(cfg.seed, workers=True)
     if cfg.get("pretrain") and not cfg.get("ckpt_path"):
         _, pre_callbacks, _ = fit(pretrain_config(cfg))
-        last = next((cb.last_model_path for cb in pre_callbacks if isinstance(cb, ModelCheckpoint)), None)
+        last = last_checkpoint(pre_callbacks)
         if last:
             cfg = OmegaConf.merge(cfg, {"model": {"init_from": last}})
             log.info("fine-tuning from the KG-completion checkpoint %s", last)
@@ -181,7 +209,7 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     best = None if trainer.fast_dev_run else best_checkpoint(callbacks)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if cfg.get("test") and best:  # every rank: under DDP, test is a collective run
-        trainer.test(datamodule=trainer.datamodule, ckpt_path=best)
+        trainer.test(datamodule=trainer.datamodule, ckpt_path=best, weights_only=True)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
     evals: dict[str, EvalResult] = {}
     if cfg.get("evaluate") and best and trainer.is_global_zero:

@@ -18,6 +18,10 @@ place, so the final name only ever holds a complete index. Replacing an
 existing index moves the old one aside first; a crash between the two
 renames leaves no index under the final name (and the old one in a
 ``.<name>.old-*`` sibling), never a mixed one.
+
+:func:`load_or_build` reads under a shared ``flock`` of ``.<name>.lock`` and builds under an exclusive one,
+so a reader never sees the gap between those renames, concurrent runs wait for one build instead of
+repeating it, and the temp folders of killed builds are removed before the next build.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from glmrag.index.build import FORMAT_VERSION, IndexSettings, build_index, expec
 from glmrag.index.embed import Embedder
 from glmrag.index.extractors.base import Extractor
 from glmrag.index.kg import Adjacency, EntityLink, KGIndex
-from glmrag.io import default_mode
+from glmrag.io import check_writable, default_mode, file_lock
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
@@ -127,6 +131,7 @@ def save_index(index: KGIndex, folder: str | Path) -> Path:
             _write(tmp / name, data)
         manifest = dict(index.manifest) | {
             "format_version": FORMAT_VERSION,
+            "embeddings": "entity_embeddings.npy" in files,
             "files": {name: _sha(data) for name, data in files.items()},
         }
         _write(tmp / MANIFEST, json.dumps(manifest, ensure_ascii=False, indent=1).encode())
@@ -143,6 +148,31 @@ def save_index(index: KGIndex, folder: str | Path) -> Path:
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return folder
+
+
+BASE_FILES = frozenset(
+    {
+        "entities.json",
+        "relations.json",
+        "passage_ids.json",
+        "triples.npy",
+        "adjacency.npz",
+        "entity_passages.npz",
+        "question_links.jsonl",
+    }
+)
+"""Files every index holds (see the layout above); ``entity_embeddings.npy`` too when it has an embed_model."""
+
+
+def required_files(manifest: dict) -> set[str]:
+    """The files an index with this manifest must list: all of them, so a dropped entry is never loaded as absent.
+
+    Embeddings are required when the manifest says so (``embeddings``, written since this check exists) or,
+    in older manifests, when its settings name an ``embed_model``.
+    """
+    settings = manifest.get("settings") if isinstance(manifest.get("settings"), dict) else {}
+    embeddings = manifest.get("embeddings", bool(settings.get("embed_model")))
+    return set(BASE_FILES) | ({"entity_embeddings.npy"} if embeddings else set())
 
 
 def _differences(manifest: dict, expect: dict) -> list[str]:
@@ -196,8 +226,17 @@ def load_index(folder: str | Path, expect: dict | None = None) -> KGIndex:
             + "\n  ".join(diffs)
             + "\nrebuild it with load_or_build(..., rebuild=True) (or delete the folder)"
         )
+    listed = manifest.get("files")
+    required = required_files(manifest)
+    if not isinstance(listed, dict) or set(listed) != required:
+        listed = set(listed) if isinstance(listed, dict) else set()
+        raise StaleIndexError(
+            f"{folder / MANIFEST}: lists files {sorted(listed)}, but this index format needs exactly "
+            f"{sorted(required)} (missing: {sorted(required - listed)}, unexpected: {sorted(listed - required)}); "
+            "the index is incomplete, rebuild it"
+        )
     data: dict[str, bytes] = {}
-    for name, sha in manifest.get("files", {}).items():
+    for name, sha in listed.items():
         path = folder / name
         blob = path.read_bytes() if path.is_file() else None
         if blob is None or _sha(blob) != sha:
@@ -261,17 +300,45 @@ def load_or_build(
 
     ``rebuild=None`` builds a missing index and rebuilds a stale one (logging why at WARNING);
     ``True`` always rebuilds; ``False`` never does and raises :class:`StaleIndexError` instead.
+    A folder that could not be written raises ``PermissionError`` before the build, not after it.
     """
     settings = settings or IndexSettings()
-    if rebuild is None and not (Path(folder) / MANIFEST).exists():
-        log.info("no index at %s yet; building it", folder)
-    elif rebuild is not True:
-        try:
-            return load_index(folder, expected_manifest(corpus, questions, extractor, settings))
-        except StaleIndexError as err:
-            if rebuild is False:
-                raise
-            log.warning("rebuilding the index at %s: %s", folder, err)
-    index = build_index(corpus, questions, extractor, embedder, settings)
-    save_index(index, folder)
+    folder = Path(folder)
+    expect = expected_manifest(corpus, questions, extractor, settings)
+    lock = folder.parent / f".{folder.name}.lock"
+    if rebuild is not True:
+        with file_lock(lock, shared=True):  # no writer replaces the folder while it is read
+            try:
+                return load_index(folder, expect)
+            except StaleIndexError as err:
+                if rebuild is False:
+                    raise
+                reason = err
+    # fail before minutes of building when the result could not be saved
+    check_writable(folder.parent, "index cache")
+    with file_lock(lock):  # one build per folder: a concurrent run waits here, then loads that build
+        if rebuild is not True:
+            try:
+                index = load_index(folder, expect)
+                log.info("index at %s was built by another run while this one waited", folder)
+                return index
+            except StaleIndexError:
+                pass
+            if (folder / MANIFEST).exists():
+                log.warning("rebuilding the index at %s: %s", folder, reason)
+            else:
+                log.info("no index at %s yet; building it", folder)
+        remove_stale_temps(folder)
+        index = build_index(corpus, questions, extractor, embedder, settings)
+        save_index(index, folder)
     return index
+
+
+def remove_stale_temps(folder: Path) -> list[Path]:
+    """Delete ``.<name>.tmp-*`` / ``.<name>.old-*`` siblings that killed builds left (call under the build lock)."""
+    stale = [p for pattern in (".tmp-*", ".old-*") for p in folder.parent.glob(f".{folder.name}{pattern}")]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    if stale:
+        log.info("removed %d temp folders left by killed builds of %s", len(stale), folder)
+    return stale

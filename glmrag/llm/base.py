@@ -16,7 +16,12 @@ What is counted, per ``(method, question_id)``:
 - ``prompt_tokens`` / ``generated_tokens``: as the backend (or server) tokenised them;
 - ``seconds``: time spent waiting on a model (cache hits cost 0);
 - ``events``: named fallbacks such as ``json_repaired`` / ``json_fallback``
-  (see :mod:`glmrag.llm.parse`).
+  (see :mod:`glmrag.llm.parse`), ``llm_failures`` (generate calls that raised :class:`LLMError`)
+  and ``llm_retries`` (requests an HTTP backend sent again).
+
+A job may install a :func:`failure_budget`: once more than its ``max_failures`` generate calls have
+failed, every further call raises :class:`LLMBudgetExceeded` at once, so a run against a dead server
+ends in seconds (scoring the rest as failed) instead of retrying every question.
 """
 
 from __future__ import annotations
@@ -35,6 +40,53 @@ Prompt = str | list[Message]
 """A plain text prompt (completed as is) or a chat (formatted with the model's chat template)."""
 
 UNTAGGED = "untagged"
+LLM_FAILURES = "llm_failures"
+LLM_RETRIES = "llm_retries"
+
+
+class LLMError(RuntimeError):
+    """A model could not answer (server unreachable, error status, malformed answer)."""
+
+    def __init__(self, message: str, retries: int = 0) -> None:
+        super().__init__(message)
+        self.retries = retries
+
+
+class LLMBudgetExceeded(LLMError):
+    """More generate calls failed than the job's :func:`failure_budget` allows."""
+
+
+class FailureBudget:
+    """At most ``max_failures`` failed generate calls in this process (None: no limit); thread-safe."""
+
+    def __init__(self, max_failures: int | None) -> None:
+        self.max_failures = max_failures
+        self.failures = 0
+        self._lock = threading.Lock()
+
+    @property
+    def exceeded(self) -> bool:
+        return self.max_failures is not None and self.failures > self.max_failures
+
+    def fail(self) -> bool:
+        """Count one failure; True when that exceeds the budget."""
+        with self._lock:
+            self.failures += 1
+            return self.exceeded
+
+
+_BUDGET: FailureBudget | None = None
+
+
+@contextmanager
+def failure_budget(max_failures: int | None) -> Iterator[FailureBudget]:
+    """Install a :class:`FailureBudget` for every LLM of this process while the block runs."""
+    global _BUDGET
+    outer, _BUDGET = _BUDGET, FailureBudget(max_failures)
+    try:
+        yield _BUDGET
+    finally:
+        _BUDGET = outer
 
 
 @dataclass
@@ -230,7 +282,25 @@ class LLM(ABC):
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         if not prompts:
             return []
-        out = self._generate(prompts, max_new_tokens, float(temperature), stops)
+        budget = _BUDGET
+        if budget is not None and budget.exceeded:
+            self.usage.count(LLM_FAILURES)
+            raise LLMBudgetExceeded(
+                f"{budget.failures} LLM calls failed, more than max_llm_failures={budget.max_failures}; "
+                "not calling the model again in this run"
+            )
+        try:
+            out = self._generate(prompts, max_new_tokens, float(temperature), stops)
+        except LLMError as err:
+            self.usage.count(LLM_FAILURES)
+            if err.retries:
+                self.usage.count(LLM_RETRIES, err.retries)
+            if budget is not None and budget.fail():
+                raise LLMBudgetExceeded(
+                    f"{budget.failures} LLM calls failed, more than max_llm_failures={budget.max_failures} "
+                    f"(last: {err})"
+                ) from err
+            raise
         if len(out) != len(prompts):
             raise RuntimeError(f"{type(self).__name__} returned {len(out)} generations for {len(prompts)} prompts")
         for g in out:

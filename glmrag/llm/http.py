@@ -32,12 +32,7 @@ from typing import Any
 import httpx
 
 from glmrag.io import atomic_write_text, cache_root
-from glmrag.llm.base import LLM, Generation, Prompt, UsageCounter, truncate_at_stop
-
-
-class LLMError(RuntimeError):
-    """A server could not be reached, or answered something other than a completion."""
-
+from glmrag.llm.base import LLM, LLM_RETRIES, Generation, LLMError, Prompt, UsageCounter, truncate_at_stop
 
 _RETRY_STATUS = {429, 500, 502, 503, 504}
 
@@ -50,6 +45,24 @@ def _hint(status: int, key_env: str | None) -> str:
     return "check the request settings against the server's documentation"
 
 
+def _token_count(usage: dict, key: str) -> int | None:
+    """``usage[key]`` as a count (0 when absent); None when the server sent something that is no count."""
+    value = usage.get(key, 0)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        return None
+    return count if count >= 0 else None
+
+
+USAGE_UNREADABLE = "usage_unreadable"
+"""Event: a server's ``usage`` token count was not a count (counted as 0 tokens; the answer is kept)."""
+
+
 class HTTPLLM(LLM):
     """Generation through an OpenAI-compatible server.
 
@@ -57,7 +70,8 @@ class HTTPLLM(LLM):
         base_url: the API root including the version path, e.g. ``https://api.openai.com/v1``.
         model: the model name the server knows.
         api_key_env: the environment variable that holds the key (None or unset: no key is sent).
-        timeout: seconds to wait for one request (connecting takes at most 10 of them).
+        timeout: seconds one attempt may take in all, connecting (at most 10 of them) and reading the whole
+            answer included.
         max_retries: retries of one request after the first attempt.
         backoff / max_backoff: the first wait between attempts and its cap, in seconds.
         concurrency: requests in flight at most.
@@ -93,6 +107,7 @@ class HTTPLLM(LLM):
         self.name = f"{model}@{self.base_url}"
         self.api_key_env = api_key_env
         self.max_retries = max_retries
+        self.timeout = timeout
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.concurrency = concurrency
@@ -153,28 +168,46 @@ class HTTPLLM(LLM):
                 self.attempts += 1
             try:
                 with self._slots:
-                    r = self._client.post(url, json=body, headers=headers)
+                    status, text, retry_after = self._send(url, body, headers)
             except httpx.TransportError as e:  # refused, reset, timed out
                 last = f"{type(e).__name__}: {e}"
             else:
-                if r.status_code == 200:
+                if status == 200:
                     try:
-                        return r.json(), attempt
+                        return json.loads(text), attempt
                     except ValueError:
-                        raise LLMError(f"{url} answered 200 with a body that is not JSON: {r.text[:200]!r}") from None
-                last = f"HTTP {r.status_code}: {r.text[:200]}"
-                if r.status_code not in _RETRY_STATUS:
-                    raise LLMError(f"{url} answered {last}; {_hint(r.status_code, self.api_key_env)}")
+                        raise LLMError(
+                            f"{url} answered 200 with a body that is not JSON: {text[:200]!r}", attempt
+                        ) from None
+                last = f"HTTP {status}: {text[:200]}"
+                if status not in _RETRY_STATUS:
+                    raise LLMError(f"{url} answered {last}; {_hint(status, self.api_key_env)}", attempt)
                 try:
-                    wait = min(self.max_backoff, max(wait, float(r.headers.get("retry-after", 0))))
+                    wait = min(self.max_backoff, max(wait, float(retry_after or 0)))
                 except ValueError:
                     pass
             if attempt < self.max_retries:
                 time.sleep(wait)
         raise LLMError(
             f"{url}: no answer after {self.max_retries + 1} attempts (last: {last}); "
-            "check that the server runs and base_url is right, or raise max_retries/timeout"
+            "check that the server runs and base_url is right, or raise max_retries/timeout",
+            self.max_retries,
         )
+
+    def _send(self, url: str, body: dict, headers: dict) -> tuple[int, str, str | None]:
+        """Status, body text and Retry-After of one attempt, read within ``timeout`` seconds in all.
+
+        httpx's timeout bounds each read, so a server sending a byte a second would never time out;
+        the body is read in chunks against a total deadline instead.
+        """
+        deadline = time.monotonic() + self.timeout
+        with self._client.stream("POST", url, json=body, headers=headers) as r:
+            chunks = []
+            for chunk in r.iter_bytes():
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout(f"no complete answer within timeout={self.timeout}s")
+            return r.status_code, b"".join(chunks).decode("utf-8", errors="replace"), r.headers.get("retry-after")
 
     @staticmethod
     def _read(answer: dict, endpoint: str, url: str) -> dict:
@@ -184,23 +217,26 @@ class HTTPLLM(LLM):
             text = choice["message"].get("content") if endpoint == "/chat/completions" else choice.get("text")
         except (KeyError, IndexError, TypeError, AttributeError):
             raise LLMError(f"{url} answered without choices[0]: {json.dumps(answer)[:300]}") from None
-        usage = answer.get("usage") or {}
+        usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
         return {
-            "text": text or "",
-            "prompt_tokens": int(usage.get("prompt_tokens") or 0),
-            "generated_tokens": int(usage.get("completion_tokens") or 0),
+            "text": text if isinstance(text, str) else "",
+            "prompt_tokens": _token_count(usage, "prompt_tokens"),
+            "generated_tokens": _token_count(usage, "completion_tokens"),
             "finish_reason": "length" if choice.get("finish_reason") == "length" else "stop",
         }
 
-    def _one(self, endpoint: str, body: dict, stop: list[str], path: Path | None) -> tuple[Generation, int]:
+    def _one(self, endpoint: str, body: dict, stop: list[str], path: Path | None) -> tuple[Generation, int, int]:
         start = time.perf_counter()
         answer, retries = self._post(endpoint, body)
         fields = self._read(answer, endpoint, self.base_url + endpoint)
+        unreadable = [k for k in ("prompt_tokens", "generated_tokens") if fields[k] is None]
+        for k in unreadable:
+            fields[k] = 0
         fields["text"], _ = truncate_at_stop(fields["text"], stop)  # servers that ignore stop
         if path is not None:
             record = {"request": {"base_url": self.base_url, "endpoint": endpoint, "body": body}, "response": fields}
             atomic_write_text(path, json.dumps(record, ensure_ascii=False, indent=1))
-        return Generation(**fields, seconds=time.perf_counter() - start), retries
+        return Generation(**fields, seconds=time.perf_counter() - start), retries, len(unreadable)
 
     def _cached(self, path: Path) -> Generation | None:
         try:
@@ -224,10 +260,12 @@ class HTTPLLM(LLM):
         if todo:
             with ThreadPoolExecutor(max_workers=min(self.concurrency, len(todo))) as pool:
                 futures = [(i, pool.submit(self._one, endpoint, body, stop, path)) for i, endpoint, body, path in todo]
-                retries = 0
+                retries = unreadable = 0
                 for i, f in futures:
-                    out[i], n = f.result()
-                    retries += n
+                    out[i], n, bad = f.result()
+                    retries, unreadable = retries + n, unreadable + bad
             if retries:
-                self.usage.count("http_retries", retries)
+                self.usage.count(LLM_RETRIES, retries)
+            if unreadable:
+                self.usage.count(USAGE_UNREADABLE, unreadable)
         return out  # type: ignore[return-value]

@@ -11,15 +11,18 @@ reader's cost per question, and the answer fallbacks are counted there too.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from glmrag.data.types import Corpus, Question
-from glmrag.llm.base import LLM, Message, UsageCounter
+from glmrag.llm.base import LLM, LLMError, Message, UsageCounter
 from glmrag.qa.context import PASSAGES, QAContext, passage_context
 from glmrag.qa.prompts import chat_prompt, family_of
 from glmrag.retrievers.base import Ranking
+
+log = logging.getLogger(__name__)
 
 MAX_NEW_TOKENS = 128
 """Room for a short thought and the answer. GLM-RAG does not state its generation length; SmolLM2-135M
@@ -111,10 +114,15 @@ class QAReader:
         return chat_prompt(text, self.family, documents=documents, triples=list(context.triples))
 
     def _answer_one(self, question: Question, context: QAContext, tag: str) -> str:
+        """The answer, or ``""`` (scored as wrong) when the LLM failed; failures are counted in ``llm.usage``."""
         with self.llm.track(tag, question.id):
-            (generation,) = self.llm.generate(
-                [self.prompt(question, context)], max_new_tokens=self.max_new_tokens, temperature=0.0, stop=STOP
-            )
+            try:
+                (generation,) = self.llm.generate(
+                    [self.prompt(question, context)], max_new_tokens=self.max_new_tokens, temperature=0.0, stop=STOP
+                )
+            except LLMError as err:
+                log.warning("%s: question %s failed (scored as unanswered): %s", tag, question.id, err)
+                return ""
             return parse_answer(generation.text, self.llm.usage)
 
     def answer(self, questions: Sequence[Question], contexts: Sequence[QAContext], tag: str = "qa") -> dict[str, str]:

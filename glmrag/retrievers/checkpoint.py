@@ -23,12 +23,16 @@ import torch
 from glmrag.data.types import Corpus, Question
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
+from glmrag.io import load_checkpoint_dict, local_checkpoint
 from glmrag.models.datamodule import cached_graph_inputs, default_inputs_cache_dir
 from glmrag.models.gnn_module import GNNRetrieverModule, question_subgraphs, subgraph_batch
 from glmrag.nn.graph_inputs import GraphInputs, seed_weights
 from glmrag.retrievers.base import Ranking
 from glmrag.retrievers.entity_ranking import DOC_RANKER_ENTITIES, make_rankings, rank_passages, top_k_stable
 from glmrag.retrievers.glm_checkpoint import GLMCheckpointRetriever
+
+MODEL_HPARAMS = ("embed_model", "t5", "tokenizer")
+"""Hyper-parameters of a checkpoint that name a pretrained model its retriever loads."""
 
 
 class CheckpointRetriever:
@@ -56,7 +60,9 @@ class CheckpointRetriever:
         cache_dir: str | None = None,
     ) -> None:
         self.device = torch.device(device)
-        self.module = GNNRetrieverModule.load_from_checkpoint(ckpt_path, map_location=self.device)
+        self.module = GNNRetrieverModule.load_from_checkpoint(
+            local_checkpoint(ckpt_path), map_location=self.device, weights_only=True
+        )
         self.module.eval()
         self.ranker, self.top_entities, self.batch_size = ranker, top_entities, batch_size
         self.cache_dir = cache_dir or default_inputs_cache_dir()
@@ -113,7 +119,15 @@ def load_checkpoint_retriever(
     device: str = "cpu",
 ) -> CheckpointRetriever | GLMCheckpointRetriever:
     """The retriever of any checkpoint written by ``train.py``: a GLM (its hyper-parameters name a ``t5``) or a GNN."""
-    hparams = torch.load(ckpt_path, map_location="cpu", weights_only=True).get("hyper_parameters", {})
-    if "t5" in hparams:
-        return GLMCheckpointRetriever(ckpt_path, batch_size, device, ranker, top_entities)
-    return CheckpointRetriever(ckpt_path, ranker, top_entities, batch_size, device)
+    hparams = load_checkpoint_dict(ckpt_path).get("hyper_parameters", {})
+    try:
+        if "t5" in hparams:
+            return GLMCheckpointRetriever(ckpt_path, batch_size, device, ranker, top_entities)
+        return CheckpointRetriever(ckpt_path, ranker, top_entities, batch_size, device)
+    except OSError as err:  # transformers / sentence-transformers / huggingface_hub raise OSError subclasses
+        models = {k: hparams[k] for k in MODEL_HPARAMS if isinstance(hparams.get(k), str)}
+        raise OSError(
+            f"the checkpoint {ckpt_path} needs the model(s) {models}, which could not be loaded from disk "
+            f"({type(err).__name__}: {str(err)[:200]}); put them in the local Hugging Face cache, or name a local "
+            "path or an offline: model when training"
+        ) from err

@@ -19,6 +19,7 @@ import numpy as np
 from glmrag.data.types import Corpus, Passage, Question
 from glmrag.index.embed import DEFAULT_MODEL, Embedder
 from glmrag.index.kg import KGIndex
+from glmrag.io import load_cached_array, write_cache_array
 from glmrag.retrievers.base import Ranking
 from glmrag.retrievers.entity_ranking import make_rankings, top_k_stable
 
@@ -61,18 +62,16 @@ class DenseRetriever:
         key = self._key(corpus)
         if key in self._passages:
             return self._passages[key]
-        path = self.cache_dir / f"dense-{key}.npy" if self.cache_dir is not None else None
-        matrix = None
-        if path is not None and path.exists():
-            matrix = np.load(path)
-            if matrix.shape[0] != len(corpus):
+        path = self.cache_dir / f"dense-{key}.cache" if self.cache_dir is not None else None
+        matrix = load_cached_array(path) if path is not None else None  # None when missing or not intact
+        if matrix is not None:
+            if matrix.ndim != 2 or matrix.shape[0] != len(corpus):
                 log.warning("%s holds %d rows for %d passages; re-embedding", path, matrix.shape[0], len(corpus))
                 matrix = None
         if matrix is None:
             matrix = self.embedder.encode([passage_text(p) for p in corpus])
             if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                np.save(path, matrix)
+                write_cache_array(path, matrix)
         self._passages[key] = matrix
         return matrix
 

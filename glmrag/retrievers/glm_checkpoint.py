@@ -16,6 +16,7 @@ import torch
 from glmrag.data.types import Corpus, Question
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
+from glmrag.io import local_checkpoint
 from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
 from glmrag.models.glm_module import GLMRetrieverModule, entity_scores
 from glmrag.nn.glm_retriever import GLMInputs
@@ -44,7 +45,9 @@ class GLMCheckpointRetriever:
         top_entities: int | None = None,
     ) -> None:
         self.device = torch.device(device)
-        self.module = GLMRetrieverModule.load_from_checkpoint(ckpt_path, map_location=self.device)
+        self.module = GLMRetrieverModule.load_from_checkpoint(
+            local_checkpoint(ckpt_path), map_location=self.device, weights_only=True
+        )
         self.module.eval()
         hp = self.module.hparams
         self.ranker = ranker or hp.ranker

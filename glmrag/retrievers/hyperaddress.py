@@ -56,6 +56,7 @@ from glmrag.data.types import Corpus, Question
 from glmrag.graph.hypergraph import Describer, Hypergraph, SentenceDescriber, index_mentions, index_passages
 from glmrag.index.embed import DEFAULT_MODEL, Embedder
 from glmrag.index.kg import KGIndex
+from glmrag.io import load_cached_array, write_cache_array
 from glmrag.llm.base import Usage
 from glmrag.retrievers.base import Ranking
 from glmrag.retrievers.entity_ranking import make_rankings, top_k_stable
@@ -147,20 +148,18 @@ class LabelEmbeddings:
         h = hashlib.sha256(self.model_name.encode())
         for t in texts:
             h.update(t.encode() + b"\0")
-        return self.cache_dir / f"labels-{h.hexdigest()[:16]}.npz"
+        return self.cache_dir / f"labels-{h.hexdigest()[:16]}.cache"
 
     def rows(self, texts: Sequence[str]) -> np.ndarray:
         """(N,) int64 rows of ``texts`` in :attr:`matrix`, embedding the texts not seen before."""
         new = list(dict.fromkeys(t for t in texts if t not in self.row))
         if new:
             path = self._path(new)
-            if path is not None and path.exists():
-                vectors = np.load(path)["matrix"]
-            else:
+            vectors = load_cached_array(path) if path is not None else None  # None when missing or not intact
+            if vectors is None or vectors.shape[0] != len(new):
                 vectors = np.asarray(self.encoder.encode(new), dtype=np.float32)  # (N_new, d) unit rows
                 if path is not None:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    np.savez(path, matrix=vectors)
+                    write_cache_array(path, vectors)
             self.matrix = vectors if self.matrix.size == 0 else np.concatenate([self.matrix, vectors])
             self.row.update({t: len(self.row) + i for i, t in enumerate(new)})
         return np.asarray([self.row[t] for t in texts], dtype=np.int64)

