@@ -1,0 +1,90 @@
+"""Time :func:`glmrag.eval.evaluator.evaluate` on a saved KG index with synthetic rankings (CPU).
+
+Issue 16 item 5: 5 systems x 1,000 questions of the 2Wiki test set took ~118 s,
+most of it in the per-question seed searches (depth, hop distance, density).
+The rankings here are random (seeded), so the metrics are meaningless; only
+the time is measured, by stage, the search stage separately.
+
+    python benchmarks/bench_evaluate.py --index PATH_TO_SAVED_INDEX --dataset 2wiki_test
+
+Run it with ``PYTHONPATH`` pointing at another checkout to time that code on the same inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from glmrag.data.registry import load_dataset
+from glmrag.eval import breakdowns as bd
+from glmrag.eval.evaluator import evaluate
+from glmrag.index.store import load_index
+from glmrag.retrievers.base import Ranking
+
+
+def synthetic_rankings(questions, passage_ids, num_entities: int, systems: int, seed: int = 0):
+    """``systems`` random rankings per question: 10 passages and 10 entities each (seeded)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for s in range(systems):
+        rows = []
+        for q in questions:
+            passages = rng.choice(len(passage_ids), size=10, replace=False)
+            entities = rng.choice(num_entities, size=10, replace=False).tolist()
+            scores = sorted(rng.random(10).tolist(), reverse=True)
+            rows.append(Ranking(q.id, [passage_ids[p] for p in passages], scores, entities, scores))
+        out[f"system{s}"] = rows
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--index", type=Path, required=True, help="a folder written by glmrag.index.store.save_index")
+    parser.add_argument("--dataset", default="2wiki_test")
+    parser.add_argument("--systems", type=int, default=5)
+    parser.add_argument("--questions", type=int, default=None, help="first N questions (default: all)")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--rows-out", type=Path, default=None, help="write every per-question row (to diff two runs)")
+    args = parser.parse_args()
+
+    dataset = load_dataset(args.dataset)
+    index = load_index(args.index)
+    questions = list(dataset.qa)[: args.questions]
+    rankings = synthetic_rankings(questions, dataset.corpus.ids, index.num_entities, args.systems)
+    q_emb = np.random.default_rng(1).standard_normal((len(questions), index.entity_embeddings.shape[1]))
+
+    t0 = time.perf_counter()
+    distances = [bd.seed_distances(index, q.id) for q in questions]
+    search_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    bd.question_features(questions, index, distances)
+    features_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    result = evaluate(rankings, questions, index, reference="system0", question_embeddings=q_emb)
+    evaluate_s = time.perf_counter() - t0
+    figures = {
+        "dataset": args.dataset,
+        "entities": index.num_entities,
+        "triples": len(index.triples),
+        "systems": args.systems,
+        "questions": len(questions),
+        "seed_search_s": round(search_s, 2),
+        "question_features_s": round(features_s, 2),
+        "evaluate_s": round(evaluate_s, 2),
+        "recall@5_system0": round(result.overall["system0"]["recall@5"].mean, 4),
+    }
+    text = json.dumps(figures, indent=2)
+    print(text)
+    if args.rows_out:
+        args.rows_out.write_text(json.dumps(result.per_question, sort_keys=True) + "\n")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
