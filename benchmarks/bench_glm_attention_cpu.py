@@ -34,6 +34,7 @@ from bench_glm_cpu import MMAP_THRESHOLD, build, model_inputs, proc_status_mib, 
 from gpu_glm import Graph, levi_layouts
 
 import glmrag.nn.glm as glm_module
+from glmrag.io import atomic_write_text
 from glmrag.nn.flex_attention import eager_graph_attention
 
 PATHS = ("sdpa", "eager")
@@ -102,40 +103,37 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = build("glm", t5_config())
-    result = {
-        "model": "t5-small size, random, global GLM, float32, batch 1",
-        "torch_threads": args.threads,
-        "load_average_1min_start": round(os.getloadavg()[0], 2),
-        "cells": [],
-    }
+    result = {"model": "t5-small size, random, global GLM, float32, batch 1", "torch_threads": args.threads}
+    result |= {"load_average_1min_start": round(os.getloadavg()[0], 2), "cells": []}
     with tempfile.TemporaryDirectory() as tmp:
         for triplets, layout in levi_layouts(args.triplets):
             graph = Graph.from_layout(layout, triplets, "triple")
-            graph_file = str(Path(tmp) / f"graph_{triplets}.pt")
-            torch.save(vars(graph), graph_file)
-            inputs = model_inputs(graph)
-            outputs = {p: run_step(model, inputs, "forward", p) for p in PATHS}  # also the warm-up
-            cell = {"triplets": triplets, "tokens": graph.tokens}
-            cell["max_abs_diff"] = float((outputs["sdpa"] - outputs["eager"]).abs().max())
-            for step in STEPS:
-                times: dict[str, list[float]] = {p: [] for p in PATHS}
-                for i in range(args.repeats):
-                    for p in PATHS[:: 1 if i % 2 == 0 else -1]:
-                        start = time.perf_counter()
-                        run_step(model, inputs, step, p)
-                        times[p].append(1000 * (time.perf_counter() - start))
-                median = {p: round(statistics.median(t), 1) for p, t in times.items()}
-                memory = {p: run_memory_cell(p, step, graph_file, args.threads) for p in PATHS}
-                cell[step] = {"ms": median, "eager_over_sdpa": round(median["eager"] / median["sdpa"], 2)}
-                cell[step]["peak_extra_mib"] = {p: memory[p].get("peak_extra_mib", memory[p]) for p in PATHS}
-            result["cells"].append(cell)
-            print(json.dumps(cell), flush=True)
-    text = json.dumps(result, indent=2)
-    print(text)
+            torch.save(vars(graph), graph_file := str(Path(tmp) / f"graph_{triplets}.pt"))
+            result["cells"].append(measure_cell(model, graph, graph_file, args.repeats, args.threads))
+            print(json.dumps(result["cells"][-1]), flush=True)
+    print(text := json.dumps(result, indent=2))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        atomic_write_text(args.out, text + "\n")
 
+
+def measure_cell(model, graph: Graph, graph_file: str, repeats: int, threads: int) -> dict:
+    """Agreement, alternating timings and fresh-process memory of both paths on one graph."""
+    inputs = model_inputs(graph)
+    outputs = {p: run_step(model, inputs, "forward", p) for p in PATHS}  # also the warm-up
+    cell = {"triplets": graph.triplets, "tokens": graph.tokens}
+    cell["max_abs_diff"] = float((outputs["sdpa"] - outputs["eager"]).abs().max())
+    for step in STEPS:
+        times: dict[str, list[float]] = {p: [] for p in PATHS}
+        for i in range(repeats):
+            for p in PATHS[:: 1 if i % 2 == 0 else -1]:
+                start = time.perf_counter()
+                run_step(model, inputs, step, p)
+                times[p].append(1000 * (time.perf_counter() - start))
+        median = {p: round(statistics.median(t), 1) for p, t in times.items()}
+        memory = {p: run_memory_cell(p, step, graph_file, threads) for p in PATHS}
+        cell[step] = {"ms": median, "eager_over_sdpa": round(median["eager"] / median["sdpa"], 2)}
+        cell[step]["peak_extra_mib"] = {p: memory[p].get("peak_extra_mib", memory[p]) for p in PATHS}
+    return cell
 
 if __name__ == "__main__":
     main()
