@@ -6,6 +6,7 @@ The rankings here are random (seeded), so the metrics are meaningless; only
 the time is measured, by stage, the search stage separately.
 
     python benchmarks/bench_evaluate.py --index PATH_TO_SAVED_INDEX --dataset 2wiki_test
+    python benchmarks/bench_evaluate.py --synthetic 59281 256022   # a power-law KG of the 2Wiki index's size
 
 Run it with ``PYTHONPATH`` pointing at another checkout to time that code on the same inputs.
 """
@@ -13,6 +14,7 @@ Run it with ``PYTHONPATH`` pointing at another checkout to time that code on the
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -23,6 +25,7 @@ from glmrag.data.registry import load_dataset
 from glmrag.eval import breakdowns as bd
 from glmrag.eval.evaluator import evaluate
 from glmrag.index.store import load_index
+from glmrag.index.synthetic import power_law_index, random_questions
 from glmrag.retrievers.base import Ranking
 
 
@@ -41,9 +44,26 @@ def synthetic_rankings(questions, passage_ids, num_entities: int, systems: int, 
     return out
 
 
+def synthetic_world(entities: int, triples: int, n_questions: int, passages: int = 6119):
+    """A power-law KG (2Wiki-like: 6,119 passages, 9,933 relations) with 384-d entity embeddings and
+    ``n_questions`` questions of 1-4 seeds and 2 gold passages each."""
+    index = power_law_index(entities, triples, num_relations=9933, num_passages=passages, seed=0)
+    rng = np.random.default_rng(2)
+    index.entity_embeddings = rng.standard_normal((entities, 384)).astype(np.float32)
+    questions = random_questions(index, n_questions)
+    gold = rng.integers(0, passages, (n_questions, 2))
+    return index, [
+        dataclasses.replace(q, supporting=tuple(index.passage_ids[g] for g in row))
+        for q, row in zip(questions, gold, strict=True)
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--index", type=Path, required=True, help="a folder written by glmrag.index.store.save_index")
+    parser.add_argument("--index", type=Path, help="a folder written by glmrag.index.store.save_index")
+    parser.add_argument(
+        "--synthetic", type=int, nargs=2, metavar=("ENTITIES", "TRIPLES"), help="a power-law KG instead of --index"
+    )
     parser.add_argument("--dataset", default="2wiki_test")
     parser.add_argument("--systems", type=int, default=5)
     parser.add_argument("--questions", type=int, default=None, help="first N questions (default: all)")
@@ -51,10 +71,14 @@ def main() -> None:
     parser.add_argument("--rows-out", type=Path, default=None, help="write every per-question row (to diff two runs)")
     args = parser.parse_args()
 
-    dataset = load_dataset(args.dataset)
-    index = load_index(args.index)
-    questions = list(dataset.qa)[: args.questions]
-    rankings = synthetic_rankings(questions, dataset.corpus.ids, index.num_entities, args.systems)
+    if args.synthetic:
+        index, questions = synthetic_world(*args.synthetic, args.questions or 1000)
+        args.dataset = f"power_law_index{tuple(args.synthetic)}"
+    else:
+        dataset = load_dataset(args.dataset)
+        index = load_index(args.index)
+        questions = list(dataset.qa)[: args.questions]
+    rankings = synthetic_rankings(questions, index.passage_ids, index.num_entities, args.systems)
     q_emb = np.random.default_rng(1).standard_normal((len(questions), index.entity_embeddings.shape[1]))
 
     t0 = time.perf_counter()
