@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from glmrag.data.types import Question
-from glmrag.graph.traverse import bfs_distances, neighbourhood_triples
+from glmrag.graph.traverse import hop_distances, triples_within
 from glmrag.index.kg import KGIndex
 from glmrag.retrievers.base import Ranking
 
@@ -60,14 +60,29 @@ class QuestionFeatures:
         return UNREACHABLE if self.depth is None else str(self.depth)
 
 
-def seed_distances(index: KGIndex, question_id: str, cutoff: int = BFS_CUTOFF) -> dict[int, int]:
-    """Entity -> hop distance from the question's nearest seed, within ``cutoff`` hops ({} without seeds)."""
-    seeds = index.seeds(question_id)
-    return bfs_distances(index, seeds, cutoff=cutoff) if seeds else {}
+Distances = np.ndarray | Mapping[int, int]
+"""Hop distances from a question's seeds: a :func:`seed_distances` array (``-1``: farther than the cutoff) or a
+dict entity -> hops of the reached entities only (:func:`glmrag.graph.traverse.bfs_distances`)."""
+
+
+def seed_distances(index: KGIndex, question_id: str, cutoff: int = BFS_CUTOFF) -> np.ndarray:
+    """Hop distance of every entity from the question's nearest seed; ``-1`` beyond ``cutoff`` or without seeds.
+
+    Shapes: -> ``(E,)`` (:func:`glmrag.graph.traverse.hop_distances`).
+    """
+    return hop_distances(index, index.seeds(question_id), cutoff=cutoff)
+
+
+def _reached(distances: Distances, entities) -> list[int]:
+    """Distances of the reached ``entities``, in order; the unreached are left out."""
+    if isinstance(distances, Mapping):
+        return [distances[e] for e in entities if e in distances]
+    found = distances[np.asarray(entities, dtype=np.int64)]
+    return found[found >= 0].tolist()
 
 
 def entity_depth(
-    index: KGIndex, question: Question, cutoff: int = BFS_CUTOFF, distances: Mapping[int, int] | None = None
+    index: KGIndex, question: Question, cutoff: int = BFS_CUTOFF, distances: Distances | None = None
 ) -> int | None:
     """Entity-level depth of a question (GLM-RAG App. D.1).
 
@@ -80,17 +95,17 @@ def entity_depth(
     none within the cutoff. ``distances`` (from :func:`seed_distances`) saves the BFS.
     """
     dist = seed_distances(index, question.id, cutoff) if distances is None else distances
-    targets = index.entities_of_passages(list(question.supporting))
-    reached = [dist[t] for t in targets if t in dist]
+    reached = _reached(dist, index.entities_of_passages(list(question.supporting)))
     return max(reached) if reached else None
 
 
 def question_features(
-    questions: Sequence[Question], index: KGIndex, distances: Sequence[Mapping[int, int]] | None = None
+    questions: Sequence[Question], index: KGIndex, distances: Sequence[np.ndarray] | None = None
 ) -> list[QuestionFeatures]:
     """Supporting count, hops, entity depth and neighbourhood density of each question, in order.
 
-    ``distances[i]`` may give question i's :func:`seed_distances`, computed once and shared.
+    ``distances[i]`` may give question i's :func:`seed_distances` (cutoff at least ``DENSITY_HOPS - 1``),
+    computed once and shared: depth and density both read it, so each question is searched once.
     """
     if distances is None:
         distances = [seed_distances(index, q.id) for q in questions]
@@ -99,7 +114,7 @@ def question_features(
             n_supporting=len(set(q.supporting)),
             hops=q.hops,
             depth=entity_depth(index, q, distances=dist),
-            density=neighbourhood_triples(index, index.seeds(q.id), hops=DENSITY_HOPS),
+            density=triples_within(index, dist, DENSITY_HOPS - 1),
         )
         for q, dist in zip(questions, distances, strict=True)
     ]
@@ -184,7 +199,7 @@ def entity_hop_distance(
     index: KGIndex,
     k: int = ENTITY_K,
     cutoff: int = BFS_CUTOFF,
-    distances: Mapping[int, int] | None = None,
+    distances: Distances | None = None,
 ) -> float | None:
     """Mean hop distance from the seeds to the reachable top-``k`` retrieved entities (§6.2, App. G).
 
@@ -196,5 +211,5 @@ def entity_hop_distance(
     if not ranking.entity_ids:
         return None
     dist = seed_distances(index, ranking.question_id, cutoff) if distances is None else distances
-    reached = [dist[e] for e in ranking.entity_ids[:k] if e in dist]
+    reached = _reached(dist, ranking.entity_ids[:k])
     return float(np.mean(reached)) if reached else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,10 +36,21 @@ if not OmegaConf.has_resolver("glmrag_cache"):
     OmegaConf.register_new_resolver("glmrag_cache", lambda sub="": str(cache_root() / sub))
 
 
+PASSAGES_PER_PROCESS = 1000
+"""Passages per spaCy worker process when the count is automatic: a worker costs a model load (seconds), so a
+small corpus runs in one process (engineering choice, not from a paper)."""
+
+
+def spacy_processes_for(passages: int) -> int:
+    """One spaCy process per :data:`PASSAGES_PER_PROCESS` passages, at least one, at most one per usable core."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, passages // PASSAGES_PER_PROCESS))
+
+
 def make_extractor(
     kind: str,
     dataset: Dataset,
-    spacy_processes: int = 1,
+    spacy_processes: int | None = 1,
     llm: LLM | DictConfig | Mapping | None = None,
     llm_openie: Mapping | None = None,
 ) -> Extractor:
@@ -56,7 +68,8 @@ def make_extractor(
             )
         return OpenIEImportExtractor(dataset.openie_path)
     if kind == "spacy":
-        return SpacyExtractor(n_process=spacy_processes)
+        processes = spacy_processes_for(len(dataset.corpus)) if spacy_processes is None else spacy_processes
+        return SpacyExtractor(n_process=processes)
     if kind == "llm":
         if llm is None:
             raise ValueError(
@@ -87,12 +100,13 @@ def get_index(dataset: Dataset, cfg: DictConfig) -> KGIndex:
     extractor = make_extractor(
         cfg.extractor, dataset, cfg.get("spacy_processes", 1), cfg.get("llm"), cfg.get("llm_openie")
     )
+    cache_dir = cfg.get("embed_cache_dir")
     settings = index_settings(cfg)
     expect = expected_manifest(dataset.corpus, dataset.qa, extractor, settings)
     key = hashlib.sha256(json.dumps(expect, sort_keys=True).encode()).hexdigest()[:10]
     root = Path(cfg.cache_dir).expanduser()
     folder = root / f"{dataset.name}-{extractor.name}-{key}"
-    embedder = Embedder(settings.embed_model) if settings.embed_model else None
+    embedder = Embedder(settings.embed_model, cache_dir=cache_dir) if settings.embed_model else None
     start = time.perf_counter()
     index = load_or_build(
         folder, dataset.corpus, dataset.qa, extractor, embedder, settings, rebuild=True if cfg.rebuild else None

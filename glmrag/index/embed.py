@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from glmrag.index.offline_models import offline_model_path
+from glmrag.index.embed_cache import PhraseEmbeddingCache, model_key
 
 DEFAULT_MODEL = "offline:all-MiniLM-L6-v2"
 
@@ -47,10 +48,18 @@ class Embedder:
     model, so building an index and a dense retriever loads it once.
     """
 
-    def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 256, device: str | None = None) -> None:
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        batch_size: int = 256,
+        device: str | None = None,
+        cache_dir: str | Path | None = None,
+    ) -> None:
         self.model_name = model
         self.batch_size = batch_size
         self.device = device
+        self.cache_dir = cache_dir  # phrase cache root (glmrag.index.embed_cache), a folder per model; None: none
+        self._cache: PhraseEmbeddingCache | None = None
 
     @property
     def model(self):
@@ -61,9 +70,28 @@ class Embedder:
         return int(self.model.get_sentence_embedding_dimension())
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """Shapes: ``texts`` (N,) -> (N, dim) float32 with unit rows."""
+        """Embed each distinct text once (through the phrase cache when ``cache_dir`` is set).
+
+        Shapes: ``texts`` (N,) -> (N, dim) float32 with unit rows.
+        """
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if self.cache_dir is not None:
+            return self.phrase_cache.encode(texts, self._encode_distinct)
+        first = {}
+        where = np.array([first.setdefault(t, len(first)) for t in texts], dtype=np.int64)  # (N,)
+        return self._encode_distinct(list(first))[where]
+
+    @property
+    def phrase_cache(self) -> PhraseEmbeddingCache:
+        """The :class:`~glmrag.index.embed_cache.PhraseEmbeddingCache` of this model under ``cache_dir``."""
+        if self._cache is None:
+            key = model_key(self.model_name, resolve_model_path(self.model_name))
+            self._cache = PhraseEmbeddingCache(Path(self.cache_dir) / key)
+        return self._cache
+
+    def _encode_distinct(self, texts: list[str]) -> np.ndarray:
+        """Shapes: ``texts`` (N,) -> (N, dim); sentence-transformers batches them longest first."""
         out = self.model.encode(
             list(texts),
             batch_size=self.batch_size,

@@ -73,7 +73,13 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 if TYPE_CHECKING:
     from glmrag.nn.glm import GraphAttentionBias
 
-__all__ = ["cpu_flex_backward", "eager_graph_attention", "flex_graph_attention", "graph_block_mask"]
+__all__ = [
+    "cpu_flex_backward",
+    "eager_graph_attention",
+    "flex_graph_attention",
+    "graph_block_mask",
+    "sdpa_graph_attention",
+]
 
 _COMPILED_FLEX: Callable[..., torch.Tensor] | None = None
 # One cached block mask: all layers of one forward (and the recomputation under
@@ -114,6 +120,27 @@ def eager_graph_attention(
     weights = F.dropout(weights, p=dropout, training=training)
     output = torch.matmul(weights, value)  # (B, H, L, D)
     return output.transpose(1, 2).contiguous()  # (B, L, H, D)
+
+
+def sdpa_graph_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: GraphAttentionBias, scaling: float
+) -> torch.Tensor:
+    """``eager_graph_attention`` without dropout, by ``F.scaled_dot_product_attention`` with a float mask.
+
+    The mask is ``bias.sdpa_mask()``: the dense bias with ``finfo(float32).min`` at pairs that may not attend,
+    so a partly masked row softmaxes exactly as in the eager path. A row with no allowed key (a padding query
+    of the local GLM) would see ``q . k + finfo.min``: the same uniform weights, but a gradient into ``q`` and
+    ``k`` through the added scores where the eager path's ``masked_fill`` gives none; its query is zeroed, so
+    that row's output (the mean of the values) and every gradient equal the eager path's.
+
+    Shapes: as :func:`eager_graph_attention`; float32 states -> ``(B, L, H, D)``, contiguous.
+    """
+    mask = bias.sdpa_mask()  # (B, H, L, L)
+    if bias.allowed is not None:
+        has_key = bias.keep().any(dim=-1, keepdim=True)  # (B, 1, L, 1)
+        query = query * has_key
+    output = F.scaled_dot_product_attention(query, key, value, attn_mask=mask.to(query.dtype), scale=scaling)
+    return output.transpose(1, 2).contiguous()  # (B, H, L, D) -> (B, L, H, D)
 
 
 def graph_block_mask(bias: GraphAttentionBias, seq_len: int) -> BlockMask:

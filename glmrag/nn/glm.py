@@ -19,6 +19,9 @@ attention function of ``config._attn_implementation``, which is :func:`graph_att
 transformers' ``AttentionInterface`` under :data:`ATTENTION_NAME`. That function computes the attention
 with the bias, keeping the mask separate until the final add, either eagerly (a dense ``(B, H, L, L)``
 bias) or with FlexAttention (a ``score_mod`` that reads the bucket ids; :mod:`glmrag.nn.flex_attention`).
+The ``eager`` backend runs ``F.scaled_dot_product_attention`` with the bias as a float mask whenever no
+attention dropout applies (eval, or ``dropout_rate`` 0) and the states are float32: the same output, without
+the float32 scores and softmax copies; with dropout (or half precision) it is the eager reference.
 Given an ordinary tensor ``position_bias`` (plain T5 use of the same model), it is T5's eager attention.
 """
 
@@ -33,7 +36,7 @@ from transformers import AttentionInterface, T5Config, T5EncoderModel
 from transformers.models.t5.modeling_t5 import T5Attention, eager_attention_forward
 
 from glmrag.graph.levi import GRAPH_GLOBAL, SAME_TRIPLE, TEXT_TO_TEXT
-from glmrag.nn.flex_attention import eager_graph_attention, flex_graph_attention
+from glmrag.nn.flex_attention import eager_graph_attention, flex_graph_attention, sdpa_graph_attention
 
 ATTENTION_NAME = "glm_graph"
 """The name of :func:`graph_attention` in transformers' ``AttentionInterface``."""
@@ -61,6 +64,7 @@ class GraphAttentionBias:
     backend: str = "eager"
     """``eager`` (dense bias) or ``flex`` (FlexAttention ``score_mod``, for the GPU)."""
     _dense: torch.Tensor | None = field(default=None, init=False, repr=False)
+    _sdpa_mask: torch.Tensor | None = field(default=None, init=False, repr=False)
 
     def dense_bias(self) -> torch.Tensor:
         """The ``(B, H, L, L)`` bias of the eager path, gathered once and shared by every layer (as T5 shares
@@ -68,6 +72,20 @@ class GraphAttentionBias:
         if self._dense is None:
             self._dense = nn.functional.embedding(self.bucket.long(), self.table).permute(0, 3, 1, 2)
         return self._dense
+
+    def sdpa_mask(self) -> torch.Tensor:
+        """The ``(B, H, L, L)`` float32 additive mask of the SDPA path: the bias, ``finfo.min`` where a pair may
+        not attend (:func:`~glmrag.nn.flex_attention.sdpa_graph_attention`); built once, shared by every layer.
+        """
+        if self._sdpa_mask is None:
+            bias = nn.functional.embedding(self.bucket.long(), self.table.float()).permute(0, 3, 1, 2)  # (B,H,L,L)
+            self._sdpa_mask = bias.masked_fill(~self.keep(), torch.finfo(torch.float32).min)
+        return self._sdpa_mask
+
+    def keep(self) -> torch.Tensor:
+        """Pairs that may attend: ``allowed & key_mask``. Shapes: -> ``(B, 1, 1 or L, L)`` bool."""
+        keep = self.key_mask[:, None, None, :]  # (B, 1, 1, L)
+        return keep if self.allowed is None else keep & self.allowed[:, None]  # (B, 1, L, L)
 
 
 def graph_attention(
@@ -95,6 +113,8 @@ def graph_attention(
     scaling = 1.0 if scaling is None else scaling
     if position_bias.backend == "flex":
         return flex_graph_attention(query, key, value, position_bias, scaling, dropout), None
+    if dropout == 0.0 and query.dtype == torch.float32:
+        return sdpa_graph_attention(query, key, value, position_bias, scaling), None
     return eager_graph_attention(query, key, value, position_bias, scaling, dropout, module.training), None
 
 
@@ -213,7 +233,12 @@ class GLMEncoder(nn.Module):
         """
         bias = self.attention_bias(token_mask, relative_position, kind)
         if self.backend == "eager":
-            bias.dense_bias()  # gathered here, outside any block a checkpoint would recompute
+            # Gathered here, outside any block a checkpoint would recompute: the SDPA mask when no attention
+            # dropout applies (eval, or dropout_rate 0), else the dense bias of the eager reference.
+            if self.training and self.config.dropout_rate > 0:
+                bias.dense_bias()
+            else:
+                bias.sdpa_mask()
         encoder = self.t5.encoder
         hidden = encoder.dropout(encoder.embed_tokens(input_ids))  # (B, L, d)
         for block in encoder.block:

@@ -351,8 +351,7 @@ class QueryGNN(nn.Module):
         for conv in self.convs:
             x = conv(x, h0, edge_index, edge_type, relation)  # (E, B, H)
 
-        q = query.unsqueeze(0).expand(graph.num_nodes, -1, -1)  # (E, B, H)
-        logits = self.readout(torch.cat([x, q], dim=-1)).squeeze(-1)  # (E, B)
+        logits = self.read_out(x, query)  # (E, B)
         return logits.t().contiguous()  # (B, E)
 
     def score_subgraphs(
@@ -389,9 +388,27 @@ class QueryGNN(nn.Module):
         x = h0
         for conv in self.convs:
             x = conv(x, h0, subgraphs.edge_index, subgraphs.edge_relation, relation)  # (N, H)
-        local = self.readout(torch.cat([x, q], dim=-1)).squeeze(-1)  # (N,)
+        local = self.read_out(x, query, rows)  # (N,)
         logits = local.new_full((query.shape[0], graph.num_nodes), float("-inf"))  # (B, E)
         return logits.index_put((rows, ents), local)
+
+    def read_out(self, x: torch.Tensor, query: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The entity scorer ``MLP([x, q])`` (GLM-RAG Table 14), its first layer applied as ``W_h x + (W_q q + b)``.
+
+        ``W = [W_h | W_q]`` is the stored ``readout[0].weight`` (so checkpoints keep their layout), and the
+        question half is computed once per question instead of once per entity: no ``(E, B, 2H)`` concatenation
+        and a quarter fewer readout FLOPs, with the same sums.
+
+        Shapes: **x** ``(E, B, H)``, **query** ``(B, H)`` -> ``(E, B)``; or, for subgraph batches,
+        **x** ``(N, H)``, **query** ``(B, H)``, **rows** ``(N,)`` the question of each node -> ``(N,)``.
+        """
+        first, activation, last = self.readout
+        hidden = x.shape[-1]
+        question_part = F.linear(query, first.weight[:, hidden:], first.bias)  # (B, 2H)
+        if rows is not None:
+            question_part = question_part.index_select(0, rows)  # (N, 2H)
+        entity_part = F.linear(x, first.weight[:, :hidden])  # (E, B, 2H) or (N, 2H)
+        return last(activation(entity_part + question_part)).squeeze(-1)  # (E, B) or (N,)
 
     def _check(self, graph: GraphInputs, query: torch.Tensor, seed_weight: torch.Tensor) -> None:
         if graph.relation_features.shape[1] != self.config.relation_dim:

@@ -210,3 +210,25 @@ def test_musique_index_from_openie(embedder):
     assert counts["passages"] == 1890 and counts["questions_linked"] == 100
     assert 15_000 < counts["entities"] < 25_000 and counts["extracted_triples"] > 16_000
     assert all(supporting_entities(index, q) for q in questions)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_grouped_blocked_synonym_search_equals_a_dense_reference(seed):
+    """Random clustered embeddings, groups, eligibility, thresholds, top-k and block sizes: the per-group,
+    eligible-rows-only blocked search returns exactly the pairs of a dense search over all (i, j)."""
+    rng = np.random.default_rng(seed)
+    n, d = int(rng.integers(30, 120)), 12
+    centres = rng.normal(size=(max(n // 6, 1), d))
+    emb = centres[rng.integers(0, len(centres), n)] + 0.35 * rng.normal(size=(n, d))
+    emb = (emb / np.linalg.norm(emb, axis=1, keepdims=True)).astype(np.float32)
+    sims = emb @ emb.T
+    eligible = rng.random(n) < 0.8
+    groups = rng.integers(0, 3, n) if seed % 2 else None
+    threshold, top_k = float(rng.uniform(0.3, 0.9)), int(rng.integers(1, 6))
+    expected = []
+    for i in np.flatnonzero(eligible):
+        ok = [j for j in range(n) if j != i and sims[i, j] >= threshold and (groups is None or groups[i] == groups[j])]
+        expected += [(int(i), j) for j in sorted(ok, key=lambda j: (-sims[i, j], j))[:top_k]]
+    pairs, scores = synonym_pairs(emb, threshold, top_k, eligible, groups, chunk_rows=int(rng.integers(1, 20)))
+    assert [tuple(p) for p in pairs.tolist()] == expected
+    np.testing.assert_allclose(scores, [sims[i, j] for i, j in expected], atol=1e-6)

@@ -183,3 +183,53 @@ def test_flex_backend_trains_with_dropout_configured(tok):
         encode(glm, [encode_triples(CHAIN[:1], tok)]).sum().backward()
     assert glm.t5.encoder.block[0].layer[0].SelfAttention.dropout == 0.0
     assert glm.t5.encoder.block[0].layer[0].dropout.p == config.dropout_rate
+
+
+def test_sdpa_runs_without_attention_dropout_and_equals_the_eager_reference(tok, t5, monkeypatch):
+    """The eager backend takes the SDPA path in eval and when training with dropout_rate 0; its outputs (every
+    row of a padded batch, global and local) and its gradients equal the eager reference's. With attention
+    dropout in training it stays eager."""
+    import glmrag.nn.glm as glm_module
+    from glmrag.nn.flex_attention import eager_graph_attention, sdpa_graph_attention
+
+    calls = {"sdpa": 0}
+
+    def counted_sdpa(*args):
+        calls["sdpa"] += 1
+        return sdpa_graph_attention(*args)
+
+    def reference(query, key, value, bias, scaling):
+        return eager_graph_attention(query, key, value, bias, scaling, dropout=0.0)
+
+    graphs = [encode_triples(CHAIN, tok, question="where was obama born"), encode_triples(CHAIN[:1], tok)]
+
+    def outputs_and_grads(path, attention: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        monkeypatch.setattr(glm_module, "sdpa_graph_attention", path)
+        glm = GLMEncoder(copy.deepcopy(t5), attention=attention).train()  # dropout_rate 0: no dropout anywhere
+        out = encode(glm, graphs)
+        out.pow(2).sum().backward()
+        q = glm.t5.encoder.block[-1].layer[0].SelfAttention.q.weight
+        return out.detach(), [glm.position_table.weight.grad, glm.extra_bias.grad, q.grad]
+
+    for attention in ("global", "local"):
+        sdpa, sdpa_grads = outputs_and_grads(counted_sdpa, attention)
+        assert calls["sdpa"] == t5.config.num_layers
+        calls["sdpa"] = 0
+        eager, eager_grads = outputs_and_grads(reference, attention)
+        torch.testing.assert_close(sdpa, eager, atol=2e-6, rtol=0)
+        for actual, expected in zip(sdpa_grads, eager_grads, strict=True):
+            assert expected.abs().max() > 0
+            torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+
+    monkeypatch.setattr(glm_module, "sdpa_graph_attention", counted_sdpa)
+    run_glm(glm_of(t5), graphs)  # eval
+    assert calls["sdpa"] == t5.config.num_layers
+    dropping = copy.deepcopy(t5)
+    for module in dropping.modules():
+        if hasattr(module, "dropout") and isinstance(module.dropout, float):
+            module.dropout = 0.1  # T5Attention's attention-probability dropout
+    dropping.config.dropout_rate = 0.1
+    calls["sdpa"] = 0
+    encode(GLMEncoder(dropping).train(), graphs)
+    assert calls["sdpa"] == 0  # attention dropout in training: the eager path
+

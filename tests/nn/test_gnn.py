@@ -238,3 +238,50 @@ def test_one_hop_retrieval_is_learned(random_graph, make_graph):
     # Measured recall@2 on the 11 held-out questions (torch seeds 0-3): 0.0-0.09 before, 1.0 after; ranking
     # every neighbour of the seed (any relation, either direction) first reaches only 0.41-0.50.
     assert before <= 0.3 and after >= 0.9, (before, after)
+
+
+
+class ConcatenatedReadoutGNN(QueryGNN):
+    """The scorer as GFM-RAG writes it (and glmrag did before the split): the MLP over ``cat([h, q])``."""
+
+    def read_out(self, x, query, rows=None):
+        q = query.unsqueeze(0).expand(x.shape[0], -1, -1) if rows is None else query.index_select(0, rows)
+        return self.readout(torch.cat([x, q], dim=-1)).squeeze(-1)
+
+
+@pytest.mark.parametrize("node_features", [False, True])
+def test_split_readout_equals_the_concatenated_mlp(random_graph, make_graph, node_features):
+    """Logits and every gradient of the split ``W_h h + W_q q`` readout equal those of ``MLP(cat([h, q]))``,
+    on the whole KG and on subgraph batches; a checkpoint of the old layout loads into the new model."""
+    from glmrag.graph.subgraph import select_subgraph
+    from glmrag.nn.gnn import SubgraphBatch
+
+    torch.manual_seed(3)
+    index = random_graph(40, 120)
+    graph = make_graph(index, torch.randn(40, DIM, dtype=torch.float64) if node_features else None)
+    graph.relation_features = graph.relation_features.double()
+    config = tiny_config(use_node_features=node_features)
+    old = ConcatenatedReadoutGNN(config).double()
+    new = QueryGNN(config).double()
+    new.load_state_dict(old.state_dict())  # strict: the old layout loads unchanged
+    query = torch.randn(3, DIM, dtype=torch.float64)
+    weight = seeds(3, 40, [[1], [5, 9], [7]]).double()
+    subs = [select_subgraph(index, [s], max_hops=2, max_triplets=30, seed=0) for s in (1, 5, 7)]
+    batch = SubgraphBatch.from_triples(
+        [index.triples[s.triples] for s in subs], [s.entities for s in subs], index.num_relations
+    )
+
+    def run(model, subgraphs):
+        model.zero_grad()
+        logits = model(graph, query, weight, subgraphs=subgraphs)
+        logits[torch.isfinite(logits)].pow(2).sum().backward()
+        return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    for subgraphs in (None, batch):
+        new_logits, new_grads = run(new, subgraphs)
+        old_logits, old_grads = run(old, subgraphs)
+        assert torch.isfinite(new_logits).sum() > 10
+        torch.testing.assert_close(new_logits, old_logits, rtol=1e-12, atol=1e-12)
+        assert new_grads.keys() == old_grads.keys() and "readout.0.weight" in new_grads
+        for name in new_grads:
+            torch.testing.assert_close(new_grads[name], old_grads[name], rtol=1e-10, atol=1e-12)
