@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from glmrag.index.offline_models import offline_model_path
 from glmrag.index.embed_cache import PhraseEmbeddingCache, model_key
+from glmrag.index.offline_models import offline_model_path
 
 DEFAULT_MODEL = "offline:all-MiniLM-L6-v2"
 
