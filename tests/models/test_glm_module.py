@@ -89,7 +89,7 @@ def test_loss_is_normalised_over_the_subgraphs_entity_nodes_only(fitted):
 
 
 def test_two_learning_rates_cover_every_parameter_once():
-    model = make_model(head_lr=5e-4, backbone_lr=1e-4)
+    model = make_model(head_lr=5e-4, backbone_lr=1e-4, bucket_lr="head")  # the default: test_glm_reference_rules
     groups = model.configure_optimizers()["optimizer"].param_groups
     assert [(g["name"], g["lr"]) for g in groups] == [("backbone", 1e-4), ("head", 5e-4)]
     ids = [id(p) for g in groups for p in g["params"]]
