@@ -17,6 +17,9 @@ first run: minutes, a 2Wiki spaCy build much longer). Timings are the median of 
 
     OMP_NUM_THREADS=1 python benchmarks/bench_glm_inputs.py --datasets musique100 2wiki_test \\
         --triplets 300 600 1200 --workers 0 1 2 --out benchmarks/results/bench_glm_inputs.json
+
+``--breakdown`` prints milliseconds per question of each stage instead (select, tokenise, positions in
+both modes, collate), two passes: the second reads tokenised phrases from the per-process cache.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
 from glmrag.data.registry import load_dataset
+from glmrag.graph.levi import graph_positions, layout_subgraph
+from glmrag.graph.subgraph import select_subgraph
 from glmrag.index.cache import get_index
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
@@ -92,6 +97,30 @@ def stream_path(files: list[str], counts: list[int], workers: int) -> float:
     return time.perf_counter() - start
 
 
+def breakdown(index, questions, tokenizer, budget: int) -> dict[str, float]:
+    """Milliseconds per question of each stage (one pass; run twice to see the phrase-token cache warm)."""
+    settings, collate = SubgraphSettings(max_triplets=budget), GLMCollate()
+    spent = dict.fromkeys(("select", "tokenise", "positions_triple", "positions_path", "collate_per_question"), 0.0)
+    records = []
+    for q in questions:
+        start = time.perf_counter()
+        sub = select_subgraph(index, index.seeds(q.id), settings.max_hops, budget, seed=settings.bfs_seed(q.id))
+        spent["select"] += time.perf_counter() - start
+        start = time.perf_counter()
+        layout = layout_subgraph(index, sub, tokenizer, q.question, settings.question_eos)
+        spent["tokenise"] += time.perf_counter() - start
+        for mode in ("triple", "path"):
+            start = time.perf_counter()
+            graph_positions(layout, mode)
+            spent[f"positions_{mode}"] += time.perf_counter() - start
+        records.append(question_record(index, q, "bench", tokenizer, settings, np.zeros(384, np.float32)))
+    start = time.perf_counter()
+    for i in range(0, len(records), BATCH):
+        collate(records[i : i + BATCH])
+    spent["collate_per_question"] = time.perf_counter() - start
+    return {name: round(seconds / len(questions) * 1e3, 1) for name, seconds in spent.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=["musique100", "2wiki_test"])
@@ -102,9 +131,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--index-cache", default=os.path.expanduser("~/.cache/glmrag/indexes"))
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--breakdown", action="store_true", help="only the per-stage ms/question, two passes")
     args = parser.parse_args()
 
     tokenizer = load_tokenizer(DEFAULT_MODEL)
+    if args.breakdown:
+        for name in args.datasets:
+            dataset, index = index_of(name, args.index_cache)
+            for budget in args.triplets:
+                for label in ("cold", "warm"):
+                    stages = breakdown(index, list(dataset.qa)[: args.questions], tokenizer, budget)
+                    print(json.dumps({"dataset": name, "triplets": budget, "pass": label, **stages}), flush=True)
+        return
     rows = []
     for name in args.datasets:
         dataset, index = index_of(name, args.index_cache)
