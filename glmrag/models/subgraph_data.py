@@ -520,9 +520,14 @@ class SubgraphDataModule(KGDataModule):
             buffer_size=self.hparams.shuffle_buffer,
             pad_real=train,
         )
+        sampler = StreamBatchSampler(len(stream), num_replicas=world, rank=rank, seed=self.hparams.seed)
+        if self.trainer is not None:
+            # Lightning creates the loader's iterator (and workers prefetch) before it calls set_epoch; a
+            # resumed fit must prefetch the restored epoch's batches, not epoch 0's.
+            sampler.set_epoch(self.trainer.current_epoch)
         return DataLoader(
             stream,
-            sampler=StreamBatchSampler(len(stream), num_replicas=world, rank=rank, seed=self.hparams.seed),
+            sampler=sampler,
             batch_size=None,  # the stream yields whole local batches
             collate_fn=GLMCollate(self.hparams.position_mode, position_conflict=self.hparams.position_conflict),
             num_workers=workers,

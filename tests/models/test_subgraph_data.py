@@ -292,7 +292,7 @@ def test_two_ranks_cover_every_question_with_equal_batch_counts(dm):
     try:
         streams = {}
         for rank in (0, 1):
-            dm.trainer = SimpleNamespace(world_size=2, global_rank=rank)
+            dm.trainer = SimpleNamespace(world_size=2, global_rank=rank, current_epoch=0)
             dm.setup("fit")
             assert dm.batch_size_per_device == 1
             streams[rank] = {"train": list(dm.train_dataloader()), "val": list(dm.val_dataloader())}
