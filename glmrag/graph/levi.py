@@ -21,12 +21,13 @@ position of a pair is ``position(key) - position(query)``:
   ``(l_r - j) + k``; the reverse directions are the negatives;
 - within one node ``j - i``.
 
-**Conflicts.** Two tokens can share several triples that imply different distances (two triples
-between the same pair of entities whose relations differ in length; an entity that is head of one
-triple and tail of another with the same partner). The rule: the distance of **smallest absolute
-value** wins, ties go to the **earliest triple** in the given order. Both directions of a pair are
-decided by the same triple, so ``relative_position`` stays antisymmetric. Within-node positions
-override any triple (a self-loop ``e r e`` does not move ``e``'s tokens relative to each other).
+**Conflicts.** Two tokens can share several triples that imply different distances (parallel or
+reciprocal edges, self-loops). ``conflict="last"`` (the default) does what the GLM authors' code does:
+the last triple in the given order decides, and a self-loop also overwrites its entity's within-node
+positions; ``conflict="nearest"`` keeps the distance of smallest absolute value, ties to the earliest
+triple, and within-node positions override any triple (a self-loop ``e r e`` does not move ``e``'s
+tokens relative to each other). Neither rule is in GLM-RAG; :mod:`glmrag.graph.positions` gives both
+exactly.
 
 Pairs are sorted into the buckets of the "global GLM" (GLM-RAG App., "The default setting is global
 with FullyConnected enabled, resulting in three additional buckets"), stored in :attr:`LeviGraph.kind`:
@@ -42,7 +43,8 @@ kind  pair (query token -> key token)                                ``relative_
 ====  =============================================================  ============================
 
 Every string (node or question) is tokenised on its own with ``add_special_tokens=False``: no BOS,
-EOS or ``[CLS]``/``[SEP]``; a model that wants an end-of-sequence token adds it itself.
+EOS or ``[CLS]``/``[SEP]``. Only the question may end with an end-of-sequence token (``question_eos``,
+as the GLM reference code does: :func:`question_tokens_of`); it is a question token like the others.
 
 **Two position modes.** ``"triple"`` (above; the GLM-RAG default) gives a graph pair its sentence
 position only when the two tokens share a triple. ``"path"`` extends sentence positions along directed
@@ -57,8 +59,9 @@ setting; for pairs sharing a triple it agrees with ``"triple"`` unless a shorter
 
 **Compact layout.** :class:`LeviLayout` holds what a Levi graph needs in ``O(L + S)`` numbers (tokens,
 node of each token, triples as node ids); :func:`graph_positions` expands it into the ``(L, L)``
-matrices. Datasets store layouts and expand them per batch: a 600-triplet subgraph has about 3,300
-tokens, and its ``(L, L)`` positions would take 87 MB as int64.
+matrices (vectorised: :mod:`glmrag.graph.positions`). Datasets store layouts and expand them per
+batch: a 600-triplet subgraph has about 3,300 tokens, and its ``(L, L)`` positions would take 44 MB
+as int32.
 
 **Linearised layout** (GLM-RAG Table 15, "without graph-aware attention"): :func:`linearise_subgraph`
 writes every triple as ``head relation tail`` text, repeating shared entities, read by plain T5 with
@@ -67,27 +70,24 @@ ordinary positions; each entity node then owns every copy of its tokens.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import shortest_path
 
+from glmrag.graph.positions import (  # noqa: F401 (the kinds and rules are read from here too)
+    GRAPH_GLOBAL,
+    GRAPH_TO_TEXT,
+    POSITION_CONFLICTS,
+    POSITION_MODES,
+    SAME_TRIPLE,
+    TEXT_TO_GRAPH,
+    TEXT_TO_TEXT,
+    graph_positions,
+)
 from glmrag.graph.subgraph import Subgraph
 from glmrag.index.kg import KGIndex
-
-SAME_TRIPLE = 0
-"""Kind of a pair inside one node or one triple: read :attr:`LeviGraph.relative_position`."""
-GRAPH_GLOBAL = 1
-"""Kind of a graph pair sharing no triple (the global GLM's extra bucket)."""
-TEXT_TO_GRAPH = 2
-"""Kind of a question token attending to a graph token."""
-GRAPH_TO_TEXT = 3
-"""Kind of a graph token attending to a question token."""
-TEXT_TO_TEXT = 4
-"""Kind of a pair of question tokens: ordinary positions ``j - i``."""
-POSITION_MODES = ("triple", "path")
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ class LeviGraph(LeviLayout):
     """A :class:`LeviLayout` with its pairwise relative positions and pair kinds."""
 
     relative_position: np.ndarray | None = None
-    """(L, L) int64 position of key ``j`` minus position of query ``i``; 0 where ``kind`` is 1, 2 or 3."""
+    """(L, L) int32 position of key ``j`` minus position of query ``i``; 0 where ``kind`` is 1, 2 or 3."""
     kind: np.ndarray | None = None
     """(L, L) int8 pair category, one of :data:`SAME_TRIPLE` .. :data:`TEXT_TO_TEXT`."""
 
@@ -145,9 +145,9 @@ class LeviGraph(LeviLayout):
                 raise ValueError(f"LeviGraph with {n_tok} tokens needs {name} of shape ({n_tok}, {n_tok})")
 
 
-def with_positions(layout: LeviLayout, mode: str = "triple") -> LeviGraph:
+def with_positions(layout: LeviLayout, mode: str = "triple", conflict: str = "last") -> LeviGraph:
     """``layout`` and its :func:`graph_positions`."""
-    relative_position, kind = graph_positions(layout, mode)
+    relative_position, kind = graph_positions(layout, mode, conflict)
     fields = {name: getattr(layout, name) for name in LeviLayout.__dataclass_fields__}
     return LeviGraph(**fields, relative_position=relative_position, kind=kind)
 
@@ -155,8 +155,12 @@ def with_positions(layout: LeviLayout, mode: str = "triple") -> LeviGraph:
 # -- layouts ---------------------------------------------------------------------------------------
 
 
-def layout_subgraph(index: KGIndex, subgraph: Subgraph, tokenizer, question: str | None = None) -> LeviLayout:
+def layout_subgraph(
+    index: KGIndex, subgraph: Subgraph, tokenizer, question: str | None = None, question_eos: bool = False
+) -> LeviLayout:
     """Lay out ``subgraph`` of ``index`` (its triples in selection order) and ``question``.
+
+    ``question_eos`` ends the question with the tokenizer's end-of-sequence token (:func:`question_tokens_of`).
 
     ``entity_of_node`` holds ids of ``index.entities``. Entities of ``subgraph.entities`` that no
     selected triple touches (an isolated seed) become entity nodes after the others, so every entity
@@ -165,11 +169,13 @@ def layout_subgraph(index: KGIndex, subgraph: Subgraph, tokenizer, question: str
     rows = index.triples[subgraph.triples]  # (S, 3)
     triples = [(int(h), index.relations[int(r)], int(t)) for h, r, t in rows]
     extra = [int(e) for e in subgraph.entities]
-    return _layout(triples, lambda e: index.entities[e], lambda e: e, extra, tokenizer, question)
+    return _layout(triples, lambda e: index.entities[e], lambda e: e, extra, tokenizer, question, question_eos)
 
 
-def layout_triples(triples: Sequence[tuple[str, str, str]], tokenizer, question: str | None = None) -> LeviLayout:
-    """Lay out phrase triples ``(head, relation, tail)`` and ``question``.
+def layout_triples(
+    triples: Sequence[tuple[str, str, str]], tokenizer, question: str | None = None, question_eos: bool = False
+) -> LeviLayout:
+    """Lay out phrase triples ``(head, relation, tail)`` and ``question`` (``question_eos``: see layout_subgraph).
 
     Entities are identified by their phrase: equal strings are one node. ``entity_of_node`` numbers the
     distinct entity phrases 0, 1, ... in order of first appearance (head before tail).
@@ -178,24 +184,37 @@ def layout_triples(triples: Sequence[tuple[str, str, str]], tokenizer, question:
     for h, _, t in triples:
         ids.setdefault(h, len(ids))
         ids.setdefault(t, len(ids))
-    return _layout(list(triples), lambda e: e, ids.__getitem__, [], tokenizer, question)
+    return _layout(list(triples), lambda e: e, ids.__getitem__, [], tokenizer, question, question_eos)
 
 
 def encode_subgraph(
-    index: KGIndex, subgraph: Subgraph, tokenizer, question: str | None = None, mode: str = "triple"
+    index: KGIndex,
+    subgraph: Subgraph,
+    tokenizer,
+    question: str | None = None,
+    mode: str = "triple",
+    conflict: str = "last",
+    question_eos: bool = False,
 ) -> LeviGraph:
     """:func:`layout_subgraph` with its positions."""
-    return with_positions(layout_subgraph(index, subgraph, tokenizer, question), mode)
+    return with_positions(layout_subgraph(index, subgraph, tokenizer, question, question_eos), mode, conflict)
 
 
 def encode_triples(
-    triples: Sequence[tuple[str, str, str]], tokenizer, question: str | None = None, mode: str = "triple"
+    triples: Sequence[tuple[str, str, str]],
+    tokenizer,
+    question: str | None = None,
+    mode: str = "triple",
+    conflict: str = "last",
+    question_eos: bool = False,
 ) -> LeviGraph:
     """:func:`layout_triples` with its positions."""
-    return with_positions(layout_triples(triples, tokenizer, question), mode)
+    return with_positions(layout_triples(triples, tokenizer, question, question_eos), mode, conflict)
 
 
-def linearise_subgraph(index: KGIndex, subgraph: Subgraph, tokenizer, question: str | None = None) -> LeviLayout:
+def linearise_subgraph(
+    index: KGIndex, subgraph: Subgraph, tokenizer, question: str | None = None, question_eos: bool = False
+) -> LeviLayout:
     """The linear layout of ``subgraph``: every triple written ``head relation tail``, then the question.
 
     Entity nodes are those of :func:`layout_subgraph` (same ``entity_of_node`` order, relation nodes
@@ -213,7 +232,7 @@ def linearise_subgraph(index: KGIndex, subgraph: Subgraph, tokenizer, question: 
     pieces += [(index.entities[e], node[e]) for e in order if e not in touched]
     tokens = _tokenise([text for text, _ in pieces], tokenizer)
     _check_nonempty([text for text, _ in pieces], tokens)
-    question_tokens = _tokenise([question], tokenizer)[0] if question else []
+    question_tokens = question_tokens_of(question, tokenizer, question_eos)
     ids = [tok for toks in tokens for tok in toks] + question_tokens
     node_of_token = [n for (_, n), toks in zip(pieces, tokens, strict=True) for _ in toks]
     node_of_token += [-1] * len(question_tokens)
@@ -252,13 +271,54 @@ def _tokenise(texts: list[str], tokenizer) -> list[list[int]]:
     return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
+def question_tokens_of(question: str | None, tokenizer, eos: bool) -> list[int]:
+    """The question's token ids (none without a question), ended by an end-of-sequence token when ``eos``.
+
+    The GLM reference code (Plenz & Frank 2024, ``add_text_to_graph_data``) tokenises the appended text
+    with the tokenizer's special tokens, which for T5 appends ``</s>``; GLM-RAG does not say. A tokenizer
+    without ``eos_token`` (the BERT-style MiniLM tokenizer of the offline demo) ends it with its
+    ``sep_token``, its own end-of-sequence marker.
+    """
+    if not question:
+        return []
+    tokens = _tokenise([question], tokenizer)[0]
+    if not eos:
+        return tokens
+    end = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+    if end is None:
+        raise ValueError(
+            f"tokenizer {getattr(tokenizer, 'name_or_path', tokenizer)!r} has neither an eos nor a sep token to end "
+            "the question with; set model.question_eos=false"
+        )
+    return [*tokens, int(end)]
+
+
+_PHRASE_TOKENS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Tokenizer -> {phrase: token ids}: KG phrases recur across questions' subgraphs, so each is tokenised once
+per process (tokenising was 36 ms of a 600-triplet MuSiQue layout; benchmarks/RESULTS.md)."""
+_PHRASE_CACHE_LIMIT = 1_000_000
+
+
+def _phrase_tokens(texts: list[str], tokenizer) -> dict[str, list[int]]:
+    """``{text: token ids}`` for distinct ``texts``, tokenising only phrases this tokenizer has not seen."""
+    try:
+        cache = _PHRASE_TOKENS.setdefault(tokenizer, {})
+    except TypeError:  # not weak-referenceable: no cache
+        cache = {}
+    new = [text for text in texts if text not in cache]
+    if len(cache) + len(new) > _PHRASE_CACHE_LIMIT:
+        cache.clear()
+    cache.update(zip(new, _tokenise(new, tokenizer), strict=True))
+    return {text: cache[text] for text in texts}
+
+
 def _check_nonempty(texts: Sequence[str], tokens: Sequence[list[int]]) -> None:
     for text, toks in zip(texts, tokens, strict=True):
         if not toks:
             raise ValueError(f"node {text!r} tokenises to no tokens; every node needs one")
 
 
-def _layout(triples, entity_text, entity_id, extra: list, tokenizer, question: str | None) -> LeviLayout:
+def _layout(triples, entity_text, entity_id, extra: list, tokenizer, question: str | None, eos: bool) -> LeviLayout:
     """Nodes in order of first use: entity nodes keyed by entity, a relation node per triple."""
     node_text: list[str] = []
     node_entity: list[int] = []
@@ -280,11 +340,10 @@ def _layout(triples, entity_text, entity_id, extra: list, tokenizer, question: s
     for key in extra:
         entity(key)
 
-    distinct = list(dict.fromkeys(node_text))
-    tokens_of = dict(zip(distinct, _tokenise(distinct, tokenizer), strict=True))
+    tokens_of = _phrase_tokens(list(dict.fromkeys(node_text)), tokenizer)
     node_tokens = [tokens_of[text] for text in node_text]
     _check_nonempty(node_text, node_tokens)
-    question_tokens = _tokenise([question], tokenizer)[0] if question else []
+    question_tokens = question_tokens_of(question, tokenizer, eos)
     lengths = [len(toks) for toks in node_tokens]
     node_of_token = np.concatenate([np.repeat(np.arange(len(lengths)), lengths), np.full(len(question_tokens), -1)])
     return LeviLayout(
@@ -294,89 +353,3 @@ def _layout(triples, entity_text, entity_id, extra: list, tokenizer, question: s
         triple_nodes=np.asarray(triple_nodes, dtype=np.int64).reshape(-1, 3),
         num_question_tokens=len(question_tokens),
     )
-
-
-# -- positions -------------------------------------------------------------------------------------
-
-
-def graph_positions(layout: LeviLayout, mode: str = "triple") -> tuple[np.ndarray, np.ndarray]:
-    """The ``(L, L)`` int64 relative positions and int8 kinds of ``layout`` (see the module docstring).
-
-    A linear layout is plain text: ordinary positions ``j - i`` and kind :data:`TEXT_TO_TEXT` everywhere.
-    """
-    if mode not in POSITION_MODES:
-        raise ValueError(f"position mode must be one of {POSITION_MODES}, got {mode!r}")
-    n_tok, n_graph = len(layout.input_ids), layout.num_graph_tokens
-    if layout.linear:
-        steps = np.arange(n_tok)
-        return steps[None, :] - steps[:, None], np.full((n_tok, n_tok), TEXT_TO_TEXT, dtype=np.int8)
-
-    nodes = layout.node_of_token[:n_graph]  # (L_g,)
-    lengths = np.bincount(nodes, minlength=layout.num_nodes)  # (N,)
-    starts = np.concatenate([[0], np.cumsum(lengths)])  # (N + 1,)
-    offset_in_node = np.arange(n_graph) - starts[nodes]  # (L_g,)
-    relative_position = np.zeros((n_tok, n_tok), dtype=np.int64)
-    kind = np.full((n_tok, n_tok), GRAPH_GLOBAL, dtype=np.int8)
-    if mode == "triple":
-        graph_position, joined = _triple_positions(layout.triple_nodes, lengths, starts, n_graph)
-    else:
-        graph_position, joined = _path_positions(layout.triple_nodes, lengths, nodes, offset_in_node)
-    relative_position[:n_graph, :n_graph] = graph_position
-    kind[:n_graph, :n_graph][joined] = SAME_TRIPLE
-
-    same_node = nodes[:, None] == nodes[None, :]  # (L_g, L_g)
-    within = offset_in_node[None, :] - offset_in_node[:, None]  # (L_g, L_g)
-    relative_position[:n_graph, :n_graph][same_node] = within[same_node]
-    kind[:n_graph, :n_graph][same_node] = SAME_TRIPLE
-
-    steps = np.arange(layout.num_question_tokens)
-    relative_position[n_graph:, n_graph:] = steps[None, :] - steps[:, None]  # (L_q, L_q)
-    kind[n_graph:, n_graph:] = TEXT_TO_TEXT
-    kind[n_graph:, :n_graph] = TEXT_TO_GRAPH
-    kind[:n_graph, n_graph:] = GRAPH_TO_TEXT
-    return relative_position, kind
-
-
-def _triple_positions(triple_nodes, lengths, starts, n_graph) -> tuple[np.ndarray, np.ndarray]:
-    """Sentence positions of pairs sharing a triple: smallest ``|.|`` wins, ties to the earliest triple."""
-    relative_position = np.zeros((n_graph, n_graph), dtype=np.int64)
-    shared = np.zeros((n_graph, n_graph), dtype=bool)  # a triple has set this pair
-    for nodes in triple_nodes:
-        # Sentence position of each role's first token: head 0, relation l_h, tail l_h + l_r.
-        offset = np.concatenate([[0], np.cumsum(lengths[nodes])])[:3]
-        for a in range(3):
-            for b in range(3):
-                if nodes[a] == nodes[b]:
-                    continue  # same role, or a self-loop's head and tail: within-node positions instead
-                rows = slice(starts[nodes[a]], starts[nodes[a] + 1])
-                cols = slice(starts[nodes[b]], starts[nodes[b] + 1])
-                pos_a = offset[a] + np.arange(lengths[nodes[a]])  # (l_a,)
-                pos_b = offset[b] + np.arange(lengths[nodes[b]])  # (l_b,)
-                candidate = pos_b[None, :] - pos_a[:, None]  # (l_a, l_b)
-                current = relative_position[rows, cols]  # view
-                take = ~shared[rows, cols] | (np.abs(candidate) < np.abs(current))
-                current[take] = candidate[take]
-                shared[rows, cols] = True
-    return relative_position, shared
-
-
-def _path_positions(triple_nodes, lengths, nodes, offset_in_node) -> tuple[np.ndarray, np.ndarray]:
-    """Sentence positions along the shortest directed Levi-graph path, either way round."""
-    n_node = len(lengths)
-    # Edge u -> v weighs l_u: the distance from u's first token to v's first token along the path.
-    edges = np.concatenate([triple_nodes[:, :2], triple_nodes[:, 1:]])  # (2S, 2)
-    src, dst = np.unique(edges, axis=0).T if len(edges) else (edges[:, 0], edges[:, 1])  # (E,) each, no repeats
-    adjacency = csr_matrix((lengths[src].astype(np.float64), (src, dst)), shape=(n_node, n_node))
-    dist = shortest_path(adjacency, method="D", directed=True)  # (N, N), inf where unreachable
-    step = offset_in_node[None, :] - offset_in_node[:, None]  # (L_g, L_g) k - i
-    forward = dist[nodes[:, None], nodes[None, :]] + step  # (L_g, L_g) i of u -> k of v
-    backward = -(dist[nodes[None, :], nodes[:, None]] - step)  # (L_g, L_g) k of v -> i of u, negated
-    has_forward, has_backward = np.isfinite(forward), np.isfinite(backward)
-    # Ties go forward for a query before its key in the layout and backward otherwise, so that both
-    # directions of a pair are decided alike and the positions stay antisymmetric.
-    earlier = np.arange(len(nodes))[:, None] < np.arange(len(nodes))[None, :]  # (L_g, L_g)
-    closer = np.abs(forward) < np.abs(backward)
-    tie = np.abs(forward) == np.abs(backward)
-    use_forward = has_forward & (~has_backward | closer | (tie & earlier))
-    position = np.where(use_forward, forward, np.where(has_backward, backward, 0.0))
-    return position.astype(np.int64), has_forward | has_backward

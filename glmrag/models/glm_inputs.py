@@ -28,7 +28,14 @@ import torch
 import transformers
 
 from glmrag.data.types import Question
-from glmrag.graph.levi import POSITION_MODES, LeviLayout, graph_positions, layout_subgraph, linearise_subgraph
+from glmrag.graph.levi import (
+    POSITION_CONFLICTS,
+    POSITION_MODES,
+    LeviLayout,
+    graph_positions,
+    layout_subgraph,
+    linearise_subgraph,
+)
 from glmrag.graph.subgraph import MAX_HOPS, MAX_TRIPLETS, select_subgraph
 from glmrag.index.embed import resolve_model_path
 from glmrag.index.kg import KGIndex
@@ -54,6 +61,16 @@ RECORD_SCHEMA = pa.schema(
     ]
 )
 """The Arrow schema of a stored record (explicit, so an empty list column keeps its type in every shard)."""
+POSITION_COLUMNS = [("relative_position", pa.list_(pa.int16())), ("kind", pa.list_(pa.int8()))]
+"""Columns a record also carries when its positions are precomputed: the ``(L, L)`` matrices, row-major."""
+
+
+def record_schema(precomputed: bool) -> pa.Schema:
+    """:data:`RECORD_SCHEMA`, with :data:`POSITION_COLUMNS` when positions are stored."""
+    schema = RECORD_SCHEMA
+    for name, kind in POSITION_COLUMNS if precomputed else []:
+        schema = schema.append(pa.field(name, kind))
+    return schema
 
 
 def load_tokenizer(name: str):
@@ -74,9 +91,20 @@ class SubgraphSettings:
     use_text: bool = True
     """Append the question's tokens (GLM-RAG App. B.1 "FullyConnected", the default); False: graph tokens only."""
     position_mode: str = "triple"
-    """``triple`` (GLM-RAG) or ``path``; applied by :class:`GLMCollate`, not stored, so not in :meth:`key`."""
+    """``triple`` (GLM-RAG) or ``path``; applied by :class:`GLMCollate` (stored, and in :meth:`key`, only when
+    ``precompute``)."""
     seed: int = 0
     """Seed of the randomized BFS of :func:`~glmrag.graph.subgraph.select_subgraph`, mixed with the question id."""
+    question_eos: bool = True
+    """End the appended question with ``</s>`` (the tokenizer's EOS), as the GLM reference code does (Plenz &
+    Frank 2024, ``add_text_to_graph_data``); not stated in GLM-RAG. False: question tokens only (glmrag before)."""
+    position_conflict: str = "last"
+    """Which triple positions a token pair several triples position (:mod:`glmrag.graph.positions`): ``last``
+    as the GLM reference code, or ``nearest`` (glmrag before). Not in GLM-RAG. In :meth:`key` although only
+    the collate applies it (unless ``precompute``), so a cache folder names every rule it was made for."""
+    precompute: bool = False
+    """Store each record's ``(L, L)`` positions and kinds in the shards (:data:`POSITION_COLUMNS`), so the
+    collate only pads them; False: the collate computes them per batch."""
 
     def __post_init__(self) -> None:
         if self.max_hops < 0 or self.max_triplets < 0:
@@ -85,13 +113,19 @@ class SubgraphSettings:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
         if self.position_mode not in POSITION_MODES:
             raise ValueError(f"position_mode must be one of {POSITION_MODES}, got {self.position_mode!r}")
-        if not isinstance(self.use_text, bool):
-            raise ValueError(f"use_text must be true or false, got {self.use_text!r}")
+        if self.position_conflict not in POSITION_CONFLICTS:
+            raise ValueError(f"position_conflict must be one of {POSITION_CONFLICTS}, got {self.position_conflict!r}")
+        for name in ("use_text", "question_eos", "precompute"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
     def key(self) -> str:
-        """A readable cache key of everything a stored record depends on, e.g. ``h2-t600-graph-text-s0``."""
+        """A readable cache key of everything a stored record depends on, e.g. ``h2-t600-graph-text-eos-last-s0``."""
         text = "text" if self.use_text else "notext"
-        return f"h{self.max_hops}-t{self.max_triplets}-{self.layout}-{text}-s{self.seed}"
+        eos = "eos" if self.question_eos else "noeos"
+        stored = f"-pos-{self.position_mode}" if self.precompute else ""
+        rules = f"{eos}-{self.position_conflict}{stored}"
+        return f"h{self.max_hops}-t{self.max_triplets}-{self.layout}-{text}-{rules}-s{self.seed}"
 
     def bfs_seed(self, question_id: str) -> int:
         """The BFS seed of one question: independent across questions, fixed across runs."""
@@ -114,7 +148,8 @@ def question_record(
 
     ``target_nodes`` are the entity nodes whose entity is mentioned in a gold supporting passage
     (``index.entities_of_passages``, GFM-RAG's targets) and lies in the subgraph. ``triple_nodes`` is the
-    ``(S, 3)`` array flattened row-major. The columns and dtypes are :data:`RECORD_SCHEMA`'s.
+    ``(S, 3)`` array flattened row-major. The columns and dtypes are :data:`RECORD_SCHEMA`'s, and with
+    ``settings.precompute`` also :data:`POSITION_COLUMNS`.
     """
     emb = np.asarray(question_emb, dtype=np.float32)
     if emb.ndim != 1:
@@ -123,10 +158,10 @@ def question_record(
         index, index.seeds(question.id), settings.max_hops, settings.max_triplets, seed=settings.bfs_seed(question.id)
     )
     encode = linearise_subgraph if settings.layout == "linear" else layout_subgraph
-    layout = encode(index, subgraph, tokenizer, question.question if settings.use_text else None)
+    layout = encode(index, subgraph, tokenizer, question.question if settings.use_text else None, settings.question_eos)
     supporting = np.asarray(index.entities_of_passages(list(question.supporting)), dtype=np.int64)
     target_nodes = np.flatnonzero(np.isin(layout.entity_of_node, supporting))
-    return {
+    record = {
         "kg": kg_name,
         "question_id": question.id,
         "input_ids": layout.input_ids.astype(np.int32),
@@ -142,6 +177,13 @@ def question_record(
         "num_triples": len(subgraph),
         "num_tokens": len(layout.input_ids),
     }
+    if settings.precompute:
+        position, kind = graph_positions(layout, settings.position_mode, settings.position_conflict)
+        if len(position) and np.abs(position).max() > np.iinfo(np.int16).max:
+            raise ValueError(f"question {question.id} of {kg_name}: positions exceed int16; precompute=false")
+        record["relative_position"] = position.astype(np.int16).reshape(-1)  # (L * L,)
+        record["kind"] = kind.reshape(-1)  # (L * L,)
+    return record
 
 
 def record_layout(record: Mapping[str, Any]) -> LeviLayout:
@@ -157,7 +199,8 @@ def record_layout(record: Mapping[str, Any]) -> LeviLayout:
 
 
 class GLMCollate:
-    """Pads a list of records into one batch; positions are expanded here, per batch.
+    """Pads a list of records into one batch; positions are expanded here, per batch (or copied, when the
+    records carry them: ``SubgraphSettings.precompute``), straight into the batch tensors.
 
     Records may come from different KGs (``kg`` is per row). A record may carry ``real`` (default True):
     the DataModule sets it False on evaluation padding rows (repeats that even out DDP ranks).
@@ -185,12 +228,17 @@ class GLMCollate:
     ====================  ===============  =======  ===========================================================
     """
 
-    def __init__(self, position_mode: str = "triple", pad_to_multiple: int = 8) -> None:
+    def __init__(
+        self, position_mode: str = "triple", pad_to_multiple: int = 8, position_conflict: str = "last"
+    ) -> None:
         if position_mode not in POSITION_MODES:
             raise ValueError(f"position_mode must be one of {POSITION_MODES}, got {position_mode!r}")
+        if position_conflict not in POSITION_CONFLICTS:
+            raise ValueError(f"position_conflict must be one of {POSITION_CONFLICTS}, got {position_conflict!r}")
         if pad_to_multiple < 1:
             raise ValueError(f"pad_to_multiple must be >= 1, got {pad_to_multiple}")
         self.position_mode, self.pad_to_multiple = position_mode, pad_to_multiple
+        self.position_conflict = position_conflict
 
     def __call__(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if not records:
@@ -210,14 +258,19 @@ class GLMCollate:
         target = torch.zeros(batch, num_nodes, dtype=torch.float32)
         for row, (record, layout) in enumerate(zip(records, layouts, strict=True)):
             n_tok, n_node = len(layout.input_ids), layout.num_nodes
-            position, pair_kind = graph_positions(layout, self.position_mode)  # (n_tok, n_tok) each
-            input_ids[row, :n_tok] = torch.from_numpy(layout.input_ids)
+            position_out = relative_position[row, :n_tok, :n_tok].numpy()  # (n_tok, n_tok) views of the batch
+            kind_out = kind[row, :n_tok, :n_tok].numpy()
+            if "relative_position" in record:  # precomputed (SubgraphSettings.precompute): only copied
+                position_out[...] = np.asarray(record["relative_position"]).reshape(n_tok, n_tok)
+                kind_out[...] = np.asarray(record["kind"]).reshape(n_tok, n_tok)
+            else:
+                graph_positions(layout, self.position_mode, self.position_conflict, out=(position_out, kind_out))
+            # Copied through NumPy views: streamed records are read-only Arrow views, which torch refuses to wrap.
+            input_ids[row, :n_tok].numpy()[...] = layout.input_ids
             token_mask[row, :n_tok] = True
             question_mask[row, layout.num_graph_tokens : n_tok] = True
-            relative_position[row, :n_tok, :n_tok] = torch.from_numpy(position.astype(np.int32))
-            kind[row, :n_tok, :n_tok] = torch.from_numpy(pair_kind)
-            node_of_token[row, :n_tok] = torch.from_numpy(layout.node_of_token)
-            entity_of_node[row, :n_node] = torch.from_numpy(layout.entity_of_node)
+            node_of_token[row, :n_tok].numpy()[...] = layout.node_of_token
+            entity_of_node[row, :n_node].numpy()[...] = layout.entity_of_node
             target[row, np.asarray(record["target_nodes"], dtype=np.int64)] = 1.0
         return {
             "kg": [str(r["kg"]) for r in records],
@@ -231,7 +284,7 @@ class GLMCollate:
             "entity_of_node": entity_of_node,
             "node_mask": entity_of_node >= 0,
             "target": target,
-            "question_emb": torch.stack([torch.as_tensor(np.asarray(r["question_emb"], np.float32)) for r in records]),
+            "question_emb": torch.stack([torch.tensor(np.asarray(r["question_emb"], np.float32)) for r in records]),
             "gold": [list(r["gold"]) for r in records],
             "real": torch.tensor([bool(r.get("real", True)) for r in records], dtype=torch.bool),
         }

@@ -5,15 +5,23 @@ subgraph (:mod:`glmrag.models.subgraph_data` streams them). Loss (GLM-RAG App. B
 ListCE, normalised over the subgraph's entity nodes only ("unscored entities must not enter the
 partition function"), plus 0.44 x GFM-RAG's weighted BCE over the same nodes
 (:func:`~glmrag.models.losses.gfm_rag_loss` with the node mask). Optimiser (GLM-RAG Table 14): AdamW,
-lr 5e-4 for the head (entity scorer, question projection, the extra bias buckets) and 1e-4 for the T5
-backbone; batch 2 and 2 epochs belong to the DataModule and the Trainer.
+lr 5e-4 for the head (entity scorer, question projection) and 1e-4 for the T5 backbone; the three extra
+bias buckets train at the backbone's rate by default (``bucket_lr``; see below); batch 2 and 2 epochs
+belong to the DataModule and the Trainer.
 
 Evaluation ranks passages as the GNN does: the node logits are scattered into a vector over every
 entity of the question's KG (entities outside the subgraph get ``-inf``: never selected) and GFM-RAG's
 document ranker (``idf_topk``, 20 entities) maps them to passages.
 
+Three choices are not in GLM-RAG; their defaults follow the GLM authors' public code (Plenz & Frank,
+"Graph Language Models", ACL 2024), and glmrag's earlier behaviour stays a named option:
+``position_conflict`` (``last``: the last triple positions a token pair; ``nearest``),
+``question_eos`` (``</s>`` after the question; False), and ``bucket_lr`` (``backbone``: the extra
+buckets are rows of T5's relative-position table there, trained with T5; ``head``: at ``head_lr``).
+
 The module also records how its subgraphs are built (hops, triplet budget, layout, FullyConnected
-question text, position mode): the DataModule must build the same (checked in ``setup``), and a
+question text, position mode and conflict rule, question EOS): the DataModule must build the same
+(checked in ``setup``), and a
 :class:`~glmrag.retrievers.glm_checkpoint.GLMCheckpointRetriever` rebuilds them at inference.
 """
 
@@ -27,7 +35,7 @@ import numpy as np
 import torch
 from transformers import T5Config
 
-from glmrag.graph.levi import POSITION_MODES
+from glmrag.graph.levi import POSITION_CONFLICTS, POSITION_MODES
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.models.glm_inputs import load_tokenizer
 from glmrag.models.losses import gfm_rag_loss
@@ -41,7 +49,18 @@ HEAD_LR = 5e-4
 BACKBONE_LR = 1e-4
 """GLM-RAG Table 14: learning rate of the T5 backbone."""
 LAYOUTS = ("graph", "linear")
-SUBGRAPH_FIELDS = ("max_hops", "max_triplets", "layout", "use_text", "position_mode", "subgraph_seed")
+BUCKET_LRS = ("backbone", "head")
+"""Which learning rate the GLM's extra buckets take (not in GLM-RAG; ``backbone`` as the GLM reference code)."""
+SUBGRAPH_FIELDS = (
+    "max_hops",
+    "max_triplets",
+    "layout",
+    "use_text",
+    "position_mode",
+    "subgraph_seed",
+    "position_conflict",
+    "question_eos",
+)
 """Hyper-parameters the DataModule must share with the module."""
 
 
@@ -64,7 +83,11 @@ class GLMRetrieverModule(RetrieverModule):
             graph-aware attention"; ``use_text``: FullyConnected, the question tokens appended;
             ``subgraph_seed``: the randomized BFS that fills the budget).
         listce_weight, bce_weight, temperature: the loss (GLM-RAG App. B.1: 0.56 / 0.44; GFM-RAG's 0.2).
+        position_conflict: ``last`` (GLM reference code) or ``nearest``: see :mod:`glmrag.graph.positions`.
+        question_eos: end the appended question with ``</s>`` (GLM reference code) or not.
         head_lr, backbone_lr: AdamW learning rates (GLM-RAG Table 14).
+        bucket_lr: ``backbone`` (GLM reference code: the extra buckets are bias-table rows trained with T5) or
+            ``head`` (glmrag before): the learning rate of the three extra buckets.
         optimizer: ``params -> Optimizer`` (Hydra ``_partial_: true``) given two parameter groups with their
             lr; None: AdamW. scheduler: ``optimizer -> LRScheduler`` or None.
         ks, ranker, top_entities: evaluation cut-offs and the document ranker (GFM-RAG ``idf_topk``, 20).
@@ -88,11 +111,14 @@ class GLMRetrieverModule(RetrieverModule):
         use_text: bool = True,
         position_mode: str = "triple",
         subgraph_seed: int = 0,
+        position_conflict: str = "last",
+        question_eos: bool = True,
         listce_weight: float = 0.56,
         bce_weight: float = 0.44,
         temperature: float = 0.2,
         head_lr: float = HEAD_LR,
         backbone_lr: float = BACKBONE_LR,
+        bucket_lr: str = "backbone",
         optimizer: Callable[..., torch.optim.Optimizer] | None = None,
         scheduler: Callable[[torch.optim.Optimizer], Any] | None = None,
         ks: Sequence[int] = (1, 2, 5, 10),
@@ -105,6 +131,10 @@ class GLMRetrieverModule(RetrieverModule):
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         if position_mode not in POSITION_MODES:
             raise ValueError(f"position_mode must be one of {POSITION_MODES}, got {position_mode!r}")
+        if position_conflict not in POSITION_CONFLICTS:
+            raise ValueError(f"position_conflict must be one of {POSITION_CONFLICTS}, got {position_conflict!r}")
+        if bucket_lr not in BUCKET_LRS:
+            raise ValueError(f"bucket_lr must be one of {BUCKET_LRS}, got {bucket_lr!r}")
         ks = self.init_evaluation(ks, ranker)  # checked, and a plain tuple in the checkpoint
         tokenizer = tokenizer or t5
         t5_config = dict(t5_config) if t5_config is not None else None  # plain dict in the checkpoint
@@ -144,8 +174,13 @@ class GLMRetrieverModule(RetrieverModule):
                 )
 
     def parameter_groups(self) -> list[dict[str, Any]]:
-        """Two AdamW groups: the head at ``head_lr``, the T5 backbone at ``backbone_lr`` (GLM-RAG Table 14)."""
+        """Two AdamW groups: the head at ``head_lr``, the T5 backbone at ``backbone_lr`` (GLM-RAG Table 14).
+
+        The extra buckets join the backbone group when ``bucket_lr`` is ``backbone``, the head's otherwise.
+        """
         head = self.net.head_parameters()
+        if self.hparams.bucket_lr == "backbone":
+            head = [p for p in head if p is not self.net.encoder.extra_bias]
         ids = {id(p) for p in head}
         backbone = [p for p in self.net.parameters() if id(p) not in ids]
         return [

@@ -20,19 +20,21 @@ and which is renamed into place, so a folder under the final name is complete; o
 memory by every process, so a KG too large for one process's memory cannot be evaluated here, even
 though its records stream.
 
-Streaming and DDP. A split is read with ``datasets.load_dataset("parquet", ..., streaming=True)``,
-shuffled for training with a buffer of ``shuffle_buffer`` records and the shard order, both reseeded
-per epoch, and split across ranks by ``datasets.distributed.split_dataset_by_node`` with the
-``examples`` strategy (every rank reads the same shuffled stream and keeps every ``world_size``-th
-record), so the ranks partition the split exactly. Every rank then yields ``ceil(count / world_size)``
-records (the rank left short repeats one record, ``real`` False in evaluation, True in training as
-DistributedSampler pads) and so the same number of batches, or DDP would hang at the epoch's end.
+Streaming, DDP and workers. A split is read shard by shard with pyarrow (:class:`RankStream`): each
+epoch orders the shards (shuffled per epoch in training) and cuts their records into ``world_size x
+readers`` contiguous parts, one per (rank, DataLoader worker), so every worker reads only the shards of
+its own part, once; in training each reader also shuffles its part through a buffer of
+``shuffle_buffer`` records. Every reader yields the same number of batches (topped up with one-record
+batches repeating a record, ``real`` False in evaluation, True in training as DistributedSampler pads),
+so every rank yields the same number of batches, or DDP would hang at the epoch's end. The record order
+depends on the number of workers; the set of records of an epoch does not. The epoch reaches
+persistent workers through :class:`StreamBatchSampler`, whose ``set_epoch`` Lightning calls.
+``num_workers`` null picks ``min(4, cores - 1)`` (at least 1); batches are pinned when CUDA is there.
 
-Workers. DataLoader workers split a rank's stream by batch, not by shard: worker ``w`` collates
-batches ``w, w + num_workers, ...`` of the rank's stream (the collate, which expands the ``(L, L)``
-positions, is the costly part) and skips the others' records. Shard-level worker splitting would make
-a rank's batch count depend on how shards fall to workers, which differs between ranks. The epoch
-reaches persistent workers through :class:`StreamBatchSampler`, whose ``set_epoch`` Lightning calls.
+Positions. By default the collate expands each record's ``(L, L)`` positions per batch (vectorised,
+:mod:`glmrag.graph.positions`). ``precompute_positions`` stores them in the shards instead (int16
+positions and int8 kinds) so that epochs only stream and pad; benchmarks/RESULTS.md ("GLM input
+pipeline") measures both.
 
 ``batch_size`` is the GLOBAL batch (GLM-RAG Table 14: 2), split evenly over devices.
 """
@@ -50,11 +52,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import datasets as hf_datasets
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from datasets.distributed import split_dataset_by_node
 from torch.utils.data import DataLoader, DistributedSampler
 
 from glmrag.data.registry import load_dataset
@@ -70,11 +71,11 @@ from glmrag.models.datamodule import (
     check_train_fraction,
     default_inputs_cache_dir,
 )
-from glmrag.models.glm_inputs import RECORD_SCHEMA, GLMCollate, SubgraphSettings, load_tokenizer, question_record
+from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record, record_schema
 
 log = logging.getLogger(__name__)
 
-RECORDS_FORMAT = 1
+RECORDS_FORMAT = 2
 """Version of the stored records; bump it when :func:`question_record` or the schema changes."""
 META = "meta.json"
 SPLIT_NAMES = ("train_split", "val_split", "test_split")
@@ -141,7 +142,8 @@ def write_split(folder: str | Path, records: Iterable[Mapping[str, Any]], shard_
     def flush() -> None:
         name = f"shard-{len(shards):05d}.parquet"
         sink = pa.BufferOutputStream()
-        pq.write_table(pa.Table.from_pylist(list(buffer), schema=RECORD_SCHEMA), sink)
+        schema = record_schema(precomputed="relative_position" in buffer[0])
+        pq.write_table(pa.Table.from_pylist(list(buffer), schema=schema), sink)
         atomic_write_bytes(tmp / name, sink.getvalue().to_pybytes())
         shards.append({"file": name, "count": len(buffer)})
         buffer.clear()
@@ -180,92 +182,141 @@ def write_split(folder: str | Path, records: Iterable[Mapping[str, Any]], shard_
 class RankStream(torch.utils.data.Dataset):
     """The batches of one rank over Parquet shards: ``stream[(epoch, b)]`` -> list of records (batch ``b``).
 
-    The rank's records are those of :func:`split_dataset_by_node` (``examples`` strategy) on the stream of
-    all shards, shuffled per epoch when ``shuffle``; the rank yields exactly ``ceil(count / world_size)``
-    records, topping up with a repeat whose ``real`` is ``pad_real``. Requests are served from a live
-    iterator, so consecutive batches cost one pass; a request for an earlier batch or another epoch
-    restarts the pass.
+    Each epoch the shards are ordered (shuffled per epoch when ``shuffle``) and their records, in that
+    order, cut into ``world_size x readers`` contiguous parts of sizes differing by at most one. Rank
+    ``r`` owns parts ``r * readers + w`` (``w < readers``, one per DataLoader worker), and reader ``w``
+    reads only the shards its part overlaps. Batch ``b`` is the ``b // readers``-th batch of reader
+    ``b % readers`` (the DataLoader hands batch ``b`` to worker ``b % num_workers``, so a worker reads
+    only its own part). Every reader yields the same number of batches, ``ceil(ceil(count / parts) /
+    batch_size)``, topping up with one-record batches that repeat a record, ``real`` = ``pad_real``; so
+    every rank yields the same number of batches, or DDP would hang at the epoch's end. When
+    ``shuffle``, a reader also shuffles its part through a buffer of ``buffer_size`` records. Requests
+    are served from a live iterator per reader, so consecutive batches cost one pass.
     """
 
     def __init__(
         self,
         files: Sequence[str],
-        count: int,
+        counts: Sequence[int],
         batch_size: int,
         rank: int = 0,
         world_size: int = 1,
+        readers: int = 1,
         shuffle: bool = False,
         seed: int = 0,
         buffer_size: int = 1024,
         pad_real: bool = False,
     ) -> None:
-        if batch_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(f"need batch_size >= 1 and 0 <= rank < world_size, got {batch_size}, {rank}, {world_size}")
-        self.files, self.count, self.batch_size = list(files), count, batch_size
-        self.rank, self.world_size = rank, world_size
+        if batch_size < 1 or readers < 1 or not 0 <= rank < world_size:
+            raise ValueError(
+                f"need batch_size >= 1, readers >= 1 and 0 <= rank < world_size, got {batch_size}, {readers}, "
+                f"{rank}, {world_size}"
+            )
+        if len(files) != len(counts):
+            raise ValueError(f"{len(files)} shard files but {len(counts)} shard counts")
+        self.files, self.counts, self.batch_size = list(files), [int(c) for c in counts], batch_size
+        self.rank, self.world_size, self.readers = rank, world_size, readers
         self.shuffle, self.seed, self.buffer_size, self.pad_real = shuffle, seed, buffer_size, pad_real
-        self.per_rank = math.ceil(count / world_size)
-        self.num_batches = math.ceil(self.per_rank / batch_size)
-        self._epoch: int | None = None
-        self._batches: Iterator[list[dict[str, Any]]] | None = None
-        self._next = 0
+        self.count = sum(self.counts)
+        parts = world_size * readers
+        self.per_reader = math.ceil(math.ceil(self.count / parts) / batch_size) if self.count else 0
+        self.num_batches = self.per_reader * readers
+        self._live: dict[int, tuple[int, Iterator[list[dict[str, Any]]], int]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return self.__dict__ | {"_epoch": None, "_batches": None, "_next": 0}  # generators do not pickle
+        return self.__dict__ | {"_live": {}}  # generators do not pickle
 
     def __len__(self) -> int:
         return self.num_batches
 
-    def _rows(self, epoch: int, split: bool) -> Iterator[dict[str, Any]]:
-        ds = hf_datasets.load_dataset("parquet", data_files=self.files, split="train", streaming=True)
-        if self.shuffle:
-            # One input shard at a time: the interleaving reader of several shards sleeps 5 s at the end of
-            # every pass (datasets' Parquet workaround for apache/arrow#45214); the buffer spans shards anyway.
-            ds = ds.shuffle(seed=self.seed, buffer_size=self.buffer_size, max_buffer_input_shards=1)
-            ds.set_epoch(epoch)
-        if split and self.world_size > 1:
-            ds = split_dataset_by_node(ds, rank=self.rank, world_size=self.world_size, strategy="examples")
-        # .iter() rather than iter(ds): inside a DataLoader worker, iter(ds) would split the shards by worker.
-        for columns in ds.iter(batch_size=64):
-            names = list(columns)
-            for i in range(len(columns[names[0]])):
-                yield {name: columns[name][i] for name in names}
+    def shard_order(self, epoch: int) -> list[int]:
+        """The shards in the order their records are numbered in ``epoch``."""
+        if not self.shuffle:
+            return list(range(len(self.files)))
+        return np.random.default_rng([self.seed, epoch]).permutation(len(self.files)).tolist()
 
-    def records(self, epoch: int) -> Iterator[dict[str, Any]]:
-        """This rank's ``per_rank`` records of ``epoch``, in stream order, each with ``real``."""
-        seen = 0
-        first = None
-        for row in self._rows(epoch, split=True):
-            first = row if first is None else first
-            seen += 1
-            yield row | {"real": True}
-        if seen > self.per_rank:
-            raise RuntimeError(f"rank {self.rank} read {seen} records, more than its {self.per_rank}; shards changed?")
-        if seen < self.per_rank and first is None:  # fewer records than ranks: borrow the split's first one
-            first = next(self._rows(epoch, split=False))
-        for _ in range(self.per_rank - seen):
-            yield first | {"real": self.pad_real}
+    def part(self, epoch: int, reader: int) -> list[tuple[int, int, int]]:
+        """``(shard, first_row, stop_row)`` slices making up this rank's part ``reader`` in ``epoch``."""
+        parts = self.world_size * self.readers
+        j = self.rank * self.readers + reader
+        lo, hi = j * self.count // parts, (j + 1) * self.count // parts
+        slices, start = [], 0
+        for shard in self.shard_order(epoch):
+            stop = start + self.counts[shard]
+            if start < hi and lo < stop:
+                slices.append((shard, max(lo, start) - start, min(hi, stop) - start))
+            start = stop
+        return slices
 
-    def batches(self, epoch: int) -> Iterator[list[dict[str, Any]]]:
+    def _rows(self, epoch: int, reader: int) -> Iterator[dict[str, Any]]:
+        rows = (row for shard, a, b in self.part(epoch, reader) for row in read_rows(self.files[shard], a, b))
+        if not self.shuffle:
+            yield from rows
+            return
+        rng = np.random.default_rng([self.seed, epoch, self.rank, reader])
+        buffer: list[dict[str, Any]] = []
+        for row in rows:
+            if len(buffer) < self.buffer_size:
+                buffer.append(row)
+                continue
+            i = int(rng.integers(len(buffer)))
+            yield buffer[i]
+            buffer[i] = row
+        rng.shuffle(buffer)
+        yield from buffer
+
+    def batches(self, epoch: int, reader: int) -> Iterator[list[dict[str, Any]]]:
+        """Reader ``reader``'s ``per_reader`` batches of ``epoch``: its part, then one-record top-ups."""
         batch: list[dict[str, Any]] = []
-        for record in self.records(epoch):
-            batch.append(record)
+        made, first = 0, None
+        for row in self._rows(epoch, reader):
+            first = row if first is None else first
+            batch.append(row | {"real": True})
             if len(batch) == self.batch_size:
                 yield batch
-                batch = []
+                batch, made = [], made + 1
         if batch:
             yield batch
+            made += 1
+        if made > self.per_reader:
+            raise RuntimeError(f"reader {reader} of rank {self.rank} made {made} batches, more than {self.per_reader}")
+        if made < self.per_reader and first is None:  # an empty part: borrow the split's first record
+            first = next(row for shard in range(len(self.files)) for row in read_rows(self.files[shard], 0, 1))
+        for _ in range(self.per_reader - made):
+            yield [first | {"real": self.pad_real}]
 
     def __getitem__(self, item: tuple[int, int]) -> list[dict[str, Any]]:
         epoch, b = item
         if not 0 <= b < self.num_batches:
             raise IndexError(f"batch {b} of a stream with {self.num_batches} batches")
-        if self._batches is None or epoch != self._epoch or b < self._next:
-            self._epoch, self._batches, self._next = epoch, self.batches(epoch), 0
-        for _ in range(b - self._next):  # another worker's batches: read, not collated
-            next(self._batches)
-        self._next = b + 1
-        return next(self._batches)
+        reader, local = b % self.readers, b // self.readers
+        live_epoch, batches, next_local = self._live.get(reader, (None, None, 0))
+        if batches is None or epoch != live_epoch or local < next_local:
+            batches, next_local = self.batches(epoch, reader), 0
+        for _ in range(local - next_local):  # skipped batches of this reader (a resumed epoch): read, not collated
+            next(batches)
+        self._live[reader] = (epoch, batches, local + 1)
+        return next(batches)
+
+
+def read_rows(file: str, start: int, stop: int) -> Iterator[dict[str, Any]]:
+    """Rows ``start:stop`` of a Parquet shard as dicts: numeric list columns as NumPy views, the rest as Python."""
+    table = pq.read_table(file)
+    columns: dict[str, Any] = {}
+    for name in table.column_names:
+        column = table.column(name).combine_chunks()
+        kind = column.type
+        if pa.types.is_list(kind) and (pa.types.is_integer(kind.value_type) or pa.types.is_floating(kind.value_type)):
+            offsets = column.offsets.to_numpy()
+            values = column.values.to_numpy(zero_copy_only=False)
+            columns[name] = (offsets, values)
+        else:
+            columns[name] = column.to_pylist()
+    for i in range(start, min(stop, table.num_rows)):
+        yield {
+            name: value[1][value[0][i] : value[0][i + 1]] if isinstance(value, tuple) else value[i]
+            for name, value in columns.items()
+        }
 
 
 class StreamBatchSampler(DistributedSampler):
@@ -296,12 +347,15 @@ class SubgraphDataModule(KGDataModule):
     """GLM inputs of one or several KG-indexed datasets, streamed from cached shards (module docstring).
 
     Args:
-        datasets, index, root, train_split, val_split, test_split, limit, train_fraction, num_workers, seed,
-            embed_model:
+        datasets, index, root, train_split, val_split, test_split, limit, train_fraction, seed, embed_model:
             as :class:`~glmrag.models.datamodule.KGQADataModule`.
+        num_workers: DataLoader workers per process; None: from the cores (:attr:`num_workers`).
         batch_size: GLOBAL batch size, split evenly over devices (GLM-RAG Table 14: 2).
         tokenizer: the GLM's tokenizer: a hub name, a folder, or an ``offline:`` model; must match the module's.
-        max_hops, max_triplets, layout, use_text, position_mode: :class:`~glmrag.models.glm_inputs.SubgraphSettings`.
+        max_hops, max_triplets, layout, use_text, position_mode, position_conflict, question_eos:
+            :class:`~glmrag.models.glm_inputs.SubgraphSettings`.
+        precompute_positions: store the ``(L, L)`` positions in the shards at ``prepare_data``
+            (:attr:`SubgraphSettings.precompute`) instead of computing them per batch.
         subgraph_seed: seed of the randomized BFS (:attr:`SubgraphSettings.seed`).
         shard_size: records per Parquet shard.
         shuffle_buffer: records in the training shuffle buffer.
@@ -319,7 +373,7 @@ class SubgraphDataModule(KGDataModule):
         limit: int | None = None,
         train_fraction: float = 1.0,
         batch_size: int = 2,
-        num_workers: int = 0,
+        num_workers: int | None = None,
         seed: int = 0,
         embed_model: str = DEFAULT_MODEL,
         tokenizer: str = DEFAULT_MODEL,
@@ -329,6 +383,9 @@ class SubgraphDataModule(KGDataModule):
         use_text: bool = True,
         position_mode: str = "triple",
         subgraph_seed: int = 0,
+        position_conflict: str = "last",
+        question_eos: bool = True,
+        precompute_positions: bool = False,
         shard_size: int = 256,
         shuffle_buffer: int = 1024,
         cache_dir: str | None = None,
@@ -336,10 +393,22 @@ class SubgraphDataModule(KGDataModule):
         super().__init__()
         datasets, index = self.plain_arguments(datasets, index)
         train_fraction = check_train_fraction(train_fraction)
+        if num_workers is not None and num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0 or null (chosen from the cores), got {num_workers}")
         if shard_size < 1 or shuffle_buffer < 1 or batch_size < 1:
             raise ValueError(f"batch_size={batch_size}, shard_size={shard_size}, shuffle_buffer={shuffle_buffer}: >= 1")
         self.save_hyperparameters(logger=False)
-        self.settings = SubgraphSettings(max_hops, max_triplets, layout, use_text, position_mode, subgraph_seed)
+        self.settings = SubgraphSettings(
+            max_hops,
+            max_triplets,
+            layout,
+            use_text,
+            position_mode,
+            subgraph_seed,
+            question_eos=question_eos,
+            position_conflict=position_conflict,
+            precompute=precompute_positions,
+        )
         self.cache_dir = Path(cache_dir or default_cache_dir())
         self.batch_size_per_device = batch_size
         self.indexes: dict[str, KGIndex] = {}
@@ -417,6 +486,19 @@ class SubgraphDataModule(KGDataModule):
 
     # -- loaders --
 
+    @property
+    def num_workers(self) -> int:
+        """DataLoader workers per process: ``num_workers``, or when null ``min(4, cores - 1)`` and at least 1.
+
+        Workers overlap collate (position expansion) with the training step; one core stays with the main
+        process, and 4 workers per GPU process feed more than one GPU needs (benchmarks/RESULTS.md,
+        "GLM input pipeline").
+        """
+        if self.hparams.num_workers is not None:
+            return int(self.hparams.num_workers)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return max(1, min(4, cores - 1))
+
     def _loader(self, split_name: str, train: bool) -> DataLoader:
         if split_name not in self.splits:
             raise ValueError(f"{split_name} is None: this DataModule was configured without that split")
@@ -424,24 +506,33 @@ class SubgraphDataModule(KGDataModule):
         files = [str(Path(meta["folder"]) / shard["file"]) for meta in parts for shard in meta["shards"]]
         world = self.trainer.world_size if self.trainer is not None else 1
         rank = self.trainer.global_rank if self.trainer is not None else 0
+        counts = [shard["count"] for meta in parts for shard in meta["shards"]]
+        workers = self.num_workers
         stream = RankStream(
             files,
-            sum(meta["count"] for meta in parts),
+            counts,
             self.batch_size_per_device,
             rank=rank,
             world_size=world,
+            readers=max(1, workers),
             shuffle=train,
             seed=self.hparams.seed,
             buffer_size=self.hparams.shuffle_buffer,
             pad_real=train,
         )
+        sampler = StreamBatchSampler(len(stream), num_replicas=world, rank=rank, seed=self.hparams.seed)
+        if self.trainer is not None:
+            # Lightning creates the loader's iterator (and workers prefetch) before it calls set_epoch; a
+            # resumed fit must prefetch the restored epoch's batches, not epoch 0's.
+            sampler.set_epoch(self.trainer.current_epoch)
         return DataLoader(
             stream,
-            sampler=StreamBatchSampler(len(stream), num_replicas=world, rank=rank, seed=self.hparams.seed),
+            sampler=sampler,
             batch_size=None,  # the stream yields whole local batches
-            collate_fn=GLMCollate(self.hparams.position_mode),
-            num_workers=self.hparams.num_workers,
-            persistent_workers=self.hparams.num_workers > 0,
+            collate_fn=GLMCollate(self.hparams.position_mode, position_conflict=self.hparams.position_conflict),
+            num_workers=workers,
+            persistent_workers=workers > 0,
+            pin_memory=torch.cuda.is_available(),  # page-locked batches copy to the GPU asynchronously
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -62,8 +62,10 @@ class GLMCheckpointRetriever:
             use_text=hp.use_text,
             position_mode=hp.position_mode,
             seed=hp.subgraph_seed,
+            question_eos=hp.question_eos,
+            position_conflict=hp.position_conflict,
         )
-        self.collate = GLMCollate(hp.position_mode)
+        self.collate = GLMCollate(hp.position_mode, position_conflict=hp.position_conflict)
 
     def entity_scores(self, questions: Sequence[Question], index: KGIndex) -> np.ndarray:
         """Scores of every entity for each question; ``-inf`` outside its subgraph.

@@ -90,7 +90,7 @@ def test_chain_positions_equal_linearised_text_positions(tok, question):
 
 
 def test_shared_entities_once_relations_once_per_triple(tok):
-    g = encode_triples([("paris", "located in", "france"), ("france", "located in", "paris")], tok)
+    g = encode_triples([("paris", "located in", "france"), ("france", "located in", "paris")], tok, conflict="nearest")
     assert g.input_ids.tolist() == [3000, 2284, 1999, 2605, 2284, 1999]
     assert g.node_of_token.tolist() == [0, 1, 1, 2, 3, 3]
     assert g.entity_of_node.tolist() == [0, -1, 1, -1]
@@ -105,7 +105,7 @@ def test_shared_entities_once_relations_once_per_triple(tok):
 
 def test_conflicting_distances_take_the_smallest(tok):
     triples = [("paris", "is the capital city of", "france"), ("paris", "located in", "france")]
-    g = encode_triples(triples, tok)
+    g = encode_triples(triples, tok, conflict="nearest")
     # tokens: paris 0 | is the capital city of 1..5 | france 6 | located in 7, 8
     assert g.input_ids.tolist() == [3000, 2003, 1996, 3007, 2103, 1997, 2605, 2284, 1999]
     assert g.relative_position[0, 6] == 3  # first triple says 6, second 3
@@ -117,7 +117,7 @@ def test_conflicting_distances_take_the_smallest(tok):
 
 
 def test_self_loop_keeps_within_node_positions(tok):
-    g = encode_triples([("paris", "located in", "paris")], tok)
+    g = encode_triples([("paris", "located in", "paris")], tok, conflict="nearest")
     assert g.input_ids.tolist() == [3000, 2284, 1999]
     # paris -> "located"/"in": as head +1/+2, as tail -2/-1: smallest |.| wins per token.
     assert g.relative_position[0].tolist() == [0, 1, -1]
@@ -164,15 +164,24 @@ def test_empty_phrase_is_an_error(tok):
         encode_triples([("paris", "", "france")], tok)
 
 
-def test_600_triples_are_consistent(tok, random_graph):
+@pytest.mark.parametrize("conflict", ["last", "nearest"])
+def test_600_triples_are_consistent(tok, random_graph, conflict):
     index = random_graph(num_entities=300, num_triples=600, seed=1)
     sub = first_triples(index, 600)
-    g = encode_subgraph(index, sub, tok, question="who is the president")
+    g = encode_subgraph(index, sub, tok, question="who is the president", conflict=conflict)
     n_graph = g.num_graph_tokens
     assert (g.node_of_token[:n_graph] >= 0).all() and (g.node_of_token[n_graph:] == -1).all()
     assert (g.entity_of_node == -1).sum() == 600
     assert sorted(g.entity_of_node[g.entity_of_node >= 0].tolist()) == sub.entities.tolist()
-    np.testing.assert_array_equal(g.relative_position, -g.relative_position.T)
+    antisymmetric = g.relative_position + g.relative_position.T
+    if conflict == "last":  # the reference moves a self-loop's entity tokens off the diagonal, only those
+        rows = index.triples[sub.triples]
+        loops = set(rows[rows[:, 0] == rows[:, 2], 0].tolist())
+        node_entity = np.append(g.entity_of_node, -1)[g.node_of_token]  # (L,) -1 off entity tokens
+        looped = np.isin(node_entity, sorted(loops)) & (node_entity >= 0)
+        np.testing.assert_array_equal(np.diag(g.relative_position) != 0, looped)
+        np.fill_diagonal(antisymmetric, 0)
+    assert not antisymmetric.any()
     np.testing.assert_array_equal(g.kind[:n_graph, :n_graph], g.kind[:n_graph, :n_graph].T)
     assert not g.relative_position[g.kind == 1].any()
 

@@ -18,6 +18,7 @@ from glmrag.models.glm_inputs import (
     load_tokenizer,
     question_record,
     record_layout,
+    record_schema,
 )
 
 # MiniLM word pieces: "who is e0" -> who [2040] is [2003] e [1041] ##0 [2692]
@@ -52,10 +53,18 @@ def assert_same_layout(a, b):
 
 
 def test_settings_validate_and_key():
-    assert SubgraphSettings().key() == "h2-t600-graph-text-s0"
-    assert SubgraphSettings(1, 50, "linear", False, "path", 3).key() == "h1-t50-linear-notext-s3"
-    assert SubgraphSettings(position_mode="path").key() == SubgraphSettings().key()  # positions are not stored
-    for bad in ({"layout": "tree"}, {"position_mode": "global"}, {"max_hops": -1}, {"use_text": "yes"}):
+    assert SubgraphSettings().key() == "h2-t600-graph-text-eos-last-s0"
+    old_rules = {"question_eos": False, "position_conflict": "nearest"}
+    assert (
+        SubgraphSettings(1, 50, "linear", False, "path", 3, **old_rules).key()
+        == "h1-t50-linear-notext-noeos-nearest-s3"
+    )
+    assert SubgraphSettings(position_mode="path").key() == SubgraphSettings().key()  # positions are not stored ...
+    stored = SubgraphSettings(position_mode="path", precompute=True).key()
+    assert stored == "h2-t600-graph-text-eos-last-pos-path-s0"  # ... unless precomputed
+    bad_values = [{"layout": "tree"}, {"position_mode": "global"}, {"max_hops": -1}, {"use_text": "yes"}]
+    bad_values += [{"position_conflict": "first"}, {"question_eos": 1}, {"precompute": "no"}]
+    for bad in bad_values:
         with pytest.raises(ValueError, match=next(iter(bad))):
             SubgraphSettings(**bad)
     settings = SubgraphSettings(seed=1)
@@ -67,7 +76,7 @@ def test_record_holds_the_subgraph_layout_and_exactly_the_supporting_entities_pr
     settings = SubgraphSettings(max_hops=2, max_triplets=10)
     record = question_record(chain, question(), "toy", tok, settings, EMB)
     subgraph = select_subgraph(chain, [0], 2, 10, seed=settings.bfs_seed("q1"))
-    expected = layout_subgraph(chain, subgraph, tok, "who is e0")
+    expected = layout_subgraph(chain, subgraph, tok, "who is e0", question_eos=True)
     assert_same_layout(record_layout(record), expected)
     # two hops from e0 reach e4, e1 and e2; e3 (three hops) and e5 (isolated) are outside
     assert sorted(record["entity_of_node"][record["entity_of_node"] >= 0].tolist()) == [0, 1, 2, 4]
@@ -75,8 +84,9 @@ def test_record_holds_the_subgraph_layout_and_exactly_the_supporting_entities_pr
     assert record["entity_of_node"][record["target_nodes"]].tolist() == [2]
     assert record["kg"] == "toy" and record["question_id"] == "q1" and record["gold"] == ["p1", "p2"]
     assert record["num_triples"] == 3 and not record["truncated"]
-    assert record["num_tokens"] == len(record["input_ids"]) == 18
-    assert record["num_question_tokens"] == 4 and record["input_ids"][-4:].tolist() == [2040, 2003, 1041, 2692]
+    assert record["num_tokens"] == len(record["input_ids"]) == 19
+    # "who is e0" and MiniLM's end-of-sequence marker [SEP] (102): SubgraphSettings.question_eos
+    assert record["num_question_tokens"] == 5 and record["input_ids"][-5:].tolist() == [2040, 2003, 1041, 2692, 102]
     assert record["input_ids"].dtype == np.int32 and record["triple_nodes"].dtype == np.int32
     np.testing.assert_array_equal(record["question_emb"], EMB)
 
@@ -173,3 +183,17 @@ def test_collate_rejects_bad_arguments():
         GLMCollate("global")
     with pytest.raises(ValueError, match="empty batch"):
         GLMCollate()([])
+
+
+@pytest.mark.parametrize("mode", ["triple", "path"])
+def test_precomputed_positions_collate_to_the_same_batch(chain, tok, mode):
+    settings = SubgraphSettings(position_mode=mode, precompute=True)
+    stored = question_record(chain, question(), "toy", tok, settings, EMB)
+    plain = question_record(chain, question(), "toy", tok, SubgraphSettings(position_mode=mode), EMB)
+    assert stored["relative_position"].dtype == np.int16 and stored["kind"].dtype == np.int8
+    (back,) = pa.Table.from_pylist([stored], schema=record_schema(True)).to_pylist()  # through Arrow
+    position, kind = graph_positions(record_layout(plain), mode)
+    np.testing.assert_array_equal(np.asarray(back["relative_position"]), position.reshape(-1))
+    computed, copied = GLMCollate(mode)([plain]), GLMCollate(mode)([back])
+    for name in ("relative_position", "kind", "input_ids"):
+        torch.testing.assert_close(copied[name], computed[name], rtol=0, atol=0)

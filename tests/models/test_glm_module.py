@@ -27,6 +27,7 @@ def make_dm(index_config, cache_dir, **overrides) -> SubgraphDataModule:
         "index": index_config(embed_model=None),  # no entity embeddings: the index builds in seconds
         "limit": 24,
         "batch_size": 4,
+        "num_workers": 0,  # the default (from the cores) would start worker processes in every test
         "embed_model": DEFAULT_MODEL,
         "cache_dir": str(cache_dir),
         **SUBGRAPHS,
@@ -89,7 +90,7 @@ def test_loss_is_normalised_over_the_subgraphs_entity_nodes_only(fitted):
 
 
 def test_two_learning_rates_cover_every_parameter_once():
-    model = make_model(head_lr=5e-4, backbone_lr=1e-4)
+    model = make_model(head_lr=5e-4, backbone_lr=1e-4, bucket_lr="head")  # the default: test_glm_reference_rules
     groups = model.configure_optimizers()["optimizer"].param_groups
     assert [(g["name"], g["lr"]) for g in groups] == [("backbone", 1e-4), ("head", 5e-4)]
     ids = [id(p) for g in groups for p in g["params"]]
@@ -123,7 +124,8 @@ def test_resuming_from_last_checkpoint_matches_an_uninterrupted_run(index_config
         L.seed_everything(0)
         model = make_model()
         trainer = cpu_trainer(max_epochs=max_epochs, default_root_dir=root, limit_val_batches=0)
-        trainer.fit(model, datamodule=make_dm(index_config, cache, limit=12), ckpt_path=ckpt_path)
+        dm = make_dm(index_config, cache, limit=12, num_workers=1)  # a worker prefetches before set_epoch
+        trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
         trainer.save_checkpoint(root / "last.ckpt")
         return model
 

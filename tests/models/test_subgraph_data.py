@@ -18,6 +18,7 @@ from glmrag.data.types import Question
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import EntityLink
 from glmrag.index.synthetic import random_kg
+from glmrag.models import subgraph_data
 from glmrag.models.datamodule import cached_question_embeddings, default_inputs_cache_dir
 from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer, question_record
 from glmrag.models.subgraph_data import (
@@ -107,9 +108,14 @@ def test_write_split_holds_one_shard_at_a_time(tmp_path, tok):
     assert meta["stats"]["truncated"] > 0 and meta["stats"]["max_tokens"] > 0
 
 
+def counts_of(shards, names=("a", "b")) -> list[int]:
+    _, metas, _ = shards
+    return [s["count"] for name in names for s in metas[name]["shards"]]
+
+
 def test_rank_stream_in_order_without_shuffle(shards):
     _, _, files = shards
-    stream = RankStream(files, 8, batch_size=3)
+    stream = RankStream(files, counts_of(shards), batch_size=3)
     expected = [(f"a-q{i}", True) for i in range(7)] + [("b-q0", True)]
     assert len(stream) == 3 and stream_ids(stream, 0) == expected
     assert [len(stream[(0, b)]) for b in range(3)] == [3, 3, 2]
@@ -119,38 +125,47 @@ def test_rank_stream_in_order_without_shuffle(shards):
         stream[(0, 3)]
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("readers", [1, 2, 3])
 @pytest.mark.parametrize("train", [False, True])
-def test_ranks_partition_the_stream_and_pad_to_equal_batches(shards, world, train):
+def test_ranks_and_workers_each_read_only_their_own_part(shards, world, readers, train, monkeypatch):
     _, _, files = shards
     everything = sorted([f"a-q{i}" for i in range(7)] + ["b-q0"])
-    ranks = [
-        RankStream(files, 8, 2, rank=r, world_size=world, shuffle=train, seed=4, pad_real=train) for r in range(world)
-    ]
-    rows = [stream_ids(s, epoch=1) for s in ranks]
-    per_rank = math.ceil(8 / world)
-    assert [len(s) for s in ranks] == [math.ceil(per_rank / 2)] * world
-    assert [len(r) for r in rows] == [per_rank] * world
-    # the ranks' first ceil((8 - rank) / world) rows partition the split; the rest repeat one of them
-    own = [r[: math.ceil((8 - rank) / world)] for rank, r in enumerate(rows)]
-    assert sorted(qid for r in own for qid, _ in r) == everything
-    assert all(real for r in own for _, real in r)
-    repeats = [row for rank, r in enumerate(rows) for row in r[len(own[rank]) :]]
-    assert len(repeats) == world * per_rank - 8
-    assert all(real == train and qid in {q for r in own for q, _ in r} for qid, real in repeats)
+    opened: list[str] = []
+    original = subgraph_data.read_rows
+    monkeypatch.setattr(subgraph_data, "read_rows", lambda file, a, z: (opened.append(file), original(file, a, z))[1])
+    args = {"world_size": world, "readers": readers, "shuffle": train, "seed": 4, "pad_real": train}
+    ranks = [RankStream(files, counts_of(shards), 2, rank=r, **args) for r in range(world)]
+    assert len({len(s) for s in ranks}) == 1  # equal batch counts on every rank
+    own, padding = [], []
+    for stream in ranks:
+        for reader in range(readers):
+            opened.clear()
+            # worker `reader` serves batches reader, reader + readers, ...: exactly the records of its part
+            rows = [r for b in range(reader, len(stream), readers) for r in stream[(1, b)]]
+            part = [(stream.files[shard], a, z) for shard, a, z in stream.part(1, reader)]
+            expected = [q for file, a, z in part for q in pq.read_table(file).column("question_id").to_pylist()[a:z]]
+            assert sorted(r["question_id"] for r in rows[: len(expected)]) == sorted(expected)
+            assert all(r["real"] for r in rows[: len(expected)])
+            if expected:  # it opened only the shards of its part (an empty part borrows the first record)
+                assert sorted(set(opened)) == sorted({file for file, _, _ in part})
+            own += expected
+            padding += rows[len(expected) :]
+    assert sorted(own) == everything  # the union over ranks and workers: every record exactly once
+    assert all(r["real"] == train and r["question_id"] in everything and r["kg"] for r in padding)
 
 
-def test_fewer_records_than_ranks_borrows_a_record(shards):
+def test_fewer_records_than_parts_borrows_a_record(shards):
     root, metas, _ = shards
     files = [str(root / "b" / s["file"]) for s in metas["b"]["shards"]]
-    ranks = [stream_ids(RankStream(files, 1, 1, rank=r, world_size=2), 0) for r in (0, 1)]
-    assert ranks == [[("b-q0", True)], [("b-q0", False)]]
-    assert len(RankStream([], 0, 2)) == 0
+    ranks = [stream_ids(RankStream(files, [1], 1, rank=r, world_size=2), 0) for r in (0, 1)]
+    assert ranks == [[("b-q0", False)], [("b-q0", True)]]  # rank 0's part is empty: it borrows, not real
+    assert len(RankStream([], [], 2)) == 0
 
 
 def test_shuffle_changes_with_the_epoch_only(shards):
     _, _, files = shards
-    stream = RankStream(files, 8, 8, shuffle=True, seed=1)
+    stream = RankStream(files, counts_of(shards), 8, shuffle=True, seed=1)
     epochs = [stream_ids(stream, e) for e in (0, 1, 0)]
     assert epochs[0] == epochs[2] != epochs[1]
     assert sorted(epochs[0]) == sorted(epochs[1])
@@ -176,6 +191,7 @@ def make_dm(index_config, cache_dir, **overrides) -> SubgraphDataModule:
         "tokenizer": DEFAULT_MODEL,
         "max_triplets": 50,
         "shard_size": 4,
+        "num_workers": 0,
         "cache_dir": str(cache_dir),
     }
     return SubgraphDataModule(**(args | overrides))
@@ -206,7 +222,7 @@ def test_prepare_writes_shards_whose_records_match_question_record(dm):
     (meta,) = dm.splits["train_split"]
     folder = Path(meta["folder"])
     assert folder.parent.parent.parent == dm.cache_dir and folder.parts[-2:] == ("musique100", "train")
-    assert folder.parent.parent.name.startswith("h2-t50-graph-text-s0-")
+    assert folder.parent.parent.name.startswith("h2-t50-graph-text-eos-last-s0-")
     assert meta["count"] == len(train_ids(dm)) and meta["dropped_without_targets"] == LIMIT - meta["count"]
     assert [s["count"] for s in meta["shards"]] == [min(4, meta["count"] - i) for i in range(0, meta["count"], 4)]
     assert sorted(p.name for p in folder.iterdir()) == [META] + [s["file"] for s in meta["shards"]]
@@ -276,7 +292,7 @@ def test_two_ranks_cover_every_question_with_equal_batch_counts(dm):
     try:
         streams = {}
         for rank in (0, 1):
-            dm.trainer = SimpleNamespace(world_size=2, global_rank=rank)
+            dm.trainer = SimpleNamespace(world_size=2, global_rank=rank, current_epoch=0)
             dm.setup("fit")
             assert dm.batch_size_per_device == 1
             streams[rank] = {"train": list(dm.train_dataloader()), "val": list(dm.val_dataloader())}
@@ -296,17 +312,33 @@ def test_two_ranks_cover_every_question_with_equal_batch_counts(dm):
             assert set(real) == set(expected) and len(real) == len(rows)
 
 
-def test_workers_serve_the_same_batches_and_follow_the_epoch(dm, index_config):
+def test_workers_serve_every_question_once_and_follow_the_epoch(dm, index_config):
     with_workers = make_dm(index_config, dm.cache_dir, num_workers=2)
     with_workers.setup("fit")
-    loaders = [dm.train_dataloader(), with_workers.train_dataloader()]
-    assert loaders[1].num_workers == 2 and loaders[1].persistent_workers
-    for epoch in (0, 1):
-        orders = []
-        for loader in loaders:
-            loader.sampler.set_epoch(epoch)
-            orders.append([q for b in loader for q in b["question_ids"]])
-        assert orders[0] == orders[1]
+    loader = with_workers.train_dataloader()
+    assert loader.num_workers == 2 and loader.persistent_workers and loader.dataset.readers == 2
+    orders = []
+    for epoch in (0, 1, 0):
+        loader.sampler.set_epoch(epoch)
+        orders.append([(q, bool(real)) for b in loader for q, real in zip(b["question_ids"], b["real"], strict=True)])
+    assert orders[0] == orders[2] != orders[1]
+    for order in orders:
+        # 2 readers: a reader short of a whole batch tops up with one repeated record (real in training)
+        assert set(q for q, _ in order) == set(train_ids(dm)) and len(order) - len(train_ids(dm)) <= 2
+
+
+def test_workers_default_to_the_cores(dm, monkeypatch):
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: set(range(16)))
+    assert dm.hparams.num_workers == 0 and dm.num_workers == 0  # the fixture asks for 0
+    assert make_dm_like(dm, num_workers=None).num_workers == 4
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: {0, 1})
+    assert make_dm_like(dm, num_workers=None).num_workers == 1
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: {0})
+    assert make_dm_like(dm, num_workers=None).num_workers == 1  # never 0 by default
+
+
+def make_dm_like(dm, **overrides) -> SubgraphDataModule:
+    return SubgraphDataModule(**(dict(dm.hparams) | overrides))
 
 
 def test_config_builds_the_datamodule_with_the_models_subgraph_settings(index_config, tmp_path):
@@ -323,6 +355,8 @@ def test_config_builds_the_datamodule_with_the_models_subgraph_settings(index_co
                 "use_text": False,
                 "position_mode": "path",
                 "subgraph_seed": 4,
+                "position_conflict": "nearest",
+                "question_eos": False,
             },
             "datamodule": OmegaConf.load(ROOT / "configs" / "datamodule" / "subgraph.yaml"),
         }
@@ -345,8 +379,9 @@ def test_config_builds_the_datamodule_with_the_models_subgraph_settings(index_co
         5,
         ["musique100"],
     )
-    assert dm.settings == SubgraphSettings(2, 600, "linear", False, "path", 4)
+    assert dm.settings == SubgraphSettings(2, 600, "linear", False, "path", 4, False, "nearest")
     assert dm.cache_dir.name == "glm_subgraphs"
+    assert hp.num_workers is None and dm.num_workers >= 1 and not hp.precompute_positions
 
 
 def test_constructor_rejects_bad_values(index_config):
@@ -354,3 +389,20 @@ def test_constructor_rejects_bad_values(index_config):
         SubgraphDataModule(["musique100"], index_config(), layout="tree")
     with pytest.raises(ValueError, match="distinct"):
         SubgraphDataModule(["toy", "toy"], index_config())
+
+
+def test_precomputed_positions_stream_the_same_batches(dm, index_config):
+    stored = make_dm(index_config, dm.cache_dir, precompute_positions=True, position_mode="path")
+    stored.prepare_data()
+    stored.setup("fit")
+    computed = make_dm(index_config, dm.cache_dir, position_mode="path")
+    computed.setup("fit")
+    (meta,) = stored.splits["val_split"]
+    assert (
+        "-pos-path-" in meta["folder"]
+        and "relative_position" in pq.read_schema(Path(meta["folder"]) / meta["shards"][0]["file"]).names
+    )
+    for a, b in zip(stored.val_dataloader(), computed.val_dataloader(), strict=True):
+        assert a["question_ids"] == b["question_ids"]
+        for name in ("relative_position", "kind", "input_ids", "target"):
+            torch.testing.assert_close(a[name], b[name], rtol=0, atol=0)

@@ -1,0 +1,209 @@
+"""Graph-aware relative positions and pair kinds of a Levi layout, vectorised.
+
+:func:`graph_positions` expands a compact :class:`~glmrag.graph.levi.LeviLayout` into its ``(L, L)``
+relative positions and pair kinds (the rules are in the docstring of :mod:`glmrag.graph.levi`). It is
+what :class:`~glmrag.models.glm_inputs.GLMCollate` pays per question, so nothing here loops in Python
+over tokens or token pairs: every triple's token pairs are generated as flat arrays (one pass per role
+pair, a "ragged arange" over the triples), conflicts between triples are settled by one sort, and the
+``(L, L)`` matrices are filled by flat index.
+
+Two conflict rules decide a token pair that several triples position (parallel or reciprocal edges,
+self-loops; common in OpenIE graphs). Neither is in GLM-RAG or the GLM paper; both come from code:
+
+- ``last`` (the default): the GLM authors' public implementation (Plenz & Frank, "Graph Language
+  Models", ACL 2024; ``wrapper_functions.py`` of their repository) writes the within-node positions
+  first and then every triple in the given order, each write overwriting the last. So the **last
+  triple** that positions a pair decides it. Inside one self-loop ``e r e`` the writes go head -> relation,
+  head -> tail, relation -> tail, each with its reverse, token by token: the ``e``-``r`` pairs read ``e``
+  as the tail, and the ``e``-``e`` pairs are overwritten as "head copy to tail copy", so token ``x`` to
+  token ``y`` of ``e`` reads ``(y - x) + (l_e + l_r)`` for ``x > y`` and ``(y - x) - (l_e + l_r)``
+  otherwise (the diagonal included: ``-(l_e + l_r)``). This is reproduced exactly.
+- ``nearest`` (glmrag's earlier rule): the distance of **smallest absolute value** wins, ties go to the
+  earliest triple (within a triple, to the earlier of head->relation, head->tail, relation->head,
+  relation->tail, tail->head, tail->relation); within-node positions override every triple.
+
+Both rules decide the two directions of a pair alike, so positions stay antisymmetric (except the
+diagonal of a self-loop's entity under ``last``, as in the reference). Path mode has its own rule (the
+shortest directed path, either way round) and ignores the conflict rule.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
+
+SAME_TRIPLE = 0
+"""Kind of a pair inside one node or one triple: read ``relative_position``."""
+GRAPH_GLOBAL = 1
+"""Kind of a graph pair sharing no triple (the global GLM's extra bucket)."""
+TEXT_TO_GRAPH = 2
+"""Kind of a question token attending to a graph token."""
+GRAPH_TO_TEXT = 3
+"""Kind of a graph token attending to a question token."""
+TEXT_TO_TEXT = 4
+"""Kind of a pair of question tokens: ordinary positions ``j - i``."""
+POSITION_MODES = ("triple", "path")
+POSITION_CONFLICTS = ("last", "nearest")
+"""How a token pair positioned by several triples is decided (module docstring); ``last`` = the GLM reference."""
+ROLE_PAIRS = ((0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1))
+"""(query role, key role) of a triple (0 head, 1 relation, 2 tail), in the tie order of ``nearest``."""
+
+
+def graph_positions(
+    layout, mode: str = "triple", conflict: str = "last", out: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(L, L)`` int32 relative positions and int8 kinds of ``layout`` (a :class:`LeviLayout`).
+
+    ``conflict`` (:data:`POSITION_CONFLICTS`) settles pairs that several triples position in ``triple``
+    mode. A linear layout is plain text: ordinary positions ``j - i`` and kind :data:`TEXT_TO_TEXT`.
+    ``out``: two ``(L, L)`` arrays to fill instead (e.g. views of a batch tensor); the positions one must
+    hold zeros (pairs without a position are not written).
+    """
+    if mode not in POSITION_MODES:
+        raise ValueError(f"position mode must be one of {POSITION_MODES}, got {mode!r}")
+    if conflict not in POSITION_CONFLICTS:
+        raise ValueError(f"position conflict rule must be one of {POSITION_CONFLICTS}, got {conflict!r}")
+    n_tok, n_graph = len(layout.input_ids), layout.num_graph_tokens
+    if out is None:
+        out = np.zeros((n_tok, n_tok), dtype=np.int32), np.empty((n_tok, n_tok), dtype=np.int8)
+    relative_position, kind = out
+    if relative_position.shape != (n_tok, n_tok) or kind.shape != (n_tok, n_tok):
+        raise ValueError(f"out arrays of shapes {relative_position.shape}, {kind.shape}; expected ({n_tok}, {n_tok})")
+    if layout.linear:
+        steps = np.arange(n_tok, dtype=np.int32)
+        relative_position[...] = steps[None, :] - steps[:, None]
+        kind[...] = TEXT_TO_TEXT
+        return relative_position, kind
+
+    nodes = layout.node_of_token[:n_graph]  # (L_g,)
+    lengths = np.bincount(nodes, minlength=layout.num_nodes)  # (N,)
+    starts = np.concatenate([[0], np.cumsum(lengths)])  # (N + 1,)
+    within = _within_node_cells(lengths, starts)
+    if mode == "path":
+        _path_positions(layout.triple_nodes, lengths, starts, relative_position, kind)
+        writes = [within]
+    else:
+        kind[:n_graph, :n_graph] = GRAPH_GLOBAL
+        triple = _triple_cells(layout.triple_nodes, lengths, starts, conflict)
+        # The reference writes within-node positions first (a self-loop overwrites them); ``nearest`` last.
+        writes = [within, triple] if conflict == "last" else [triple, within]
+    for row, col, value in writes:
+        relative_position[row, col] = value
+        kind[row, col] = SAME_TRIPLE
+
+    steps = np.arange(layout.num_question_tokens, dtype=np.int32)
+    relative_position[n_graph:, n_graph:] = steps[None, :] - steps[:, None]  # (L_q, L_q)
+    kind[n_graph:, n_graph:] = TEXT_TO_TEXT
+    kind[n_graph:, :n_graph] = TEXT_TO_GRAPH
+    kind[:n_graph, n_graph:] = GRAPH_TO_TEXT
+    return relative_position, kind
+
+
+def _blocks(rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every cell of ``M`` blocks of ``rows[m] x cols[m]`` cells, flat: ``(block, i, k)`` per cell, row-major.
+
+    Shapes: **rows**, **cols** ``(M,)`` -> three ``(sum(rows * cols),)`` arrays.
+    """
+    size = rows * cols  # (M,)
+    block = np.repeat(np.arange(len(size)), size)  # (C,)
+    local = np.arange(block.size) - np.repeat(np.cumsum(size) - size, size)  # (C,) cell within its block
+    width = cols[block]
+    return block, local // width, local % width
+
+
+def _within_node_cells(lengths, starts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row, column and position ``k - i`` of every token pair inside one node."""
+    block, i, k = _blocks(lengths, lengths)
+    first = starts[block]
+    return first + i, first + k, (k - i).astype(np.int32)
+
+
+def _triple_cells(triple_nodes, lengths, starts, conflict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row, column and position of every token pair that shares a triple, each pair once, by ``conflict``."""
+    n_triple, n_tok = len(triple_nodes), int(starts[-1])  # n_tok: graph tokens, enough to number the cells
+    if n_triple == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty.astype(np.int32)
+    node_length = lengths[triple_nodes]  # (S, 3)
+    # Sentence position of each role's first token: head 0, relation l_h, tail l_h + l_r.
+    offset = np.concatenate([np.zeros((n_triple, 1), np.int64), np.cumsum(node_length[:, :2], axis=1)], axis=1)
+    self_loop = triple_nodes[:, 0] == triple_nodes[:, 2]  # (S,)
+    cells, values, triples, ranks = [], [], [], []
+    for rank, (a, b) in enumerate(ROLE_PAIRS):
+        keep = ~self_loop
+        if conflict == "nearest" and 1 in (a, b):
+            keep[:] = True  # a self-loop's entity meets the relation as head and as tail: both compete
+        elif conflict == "last" and {a, b} == {1, 2}:
+            keep[:] = True  # the reference writes relation <-> tail after head <-> relation: the tail's wins
+        s = np.flatnonzero(keep)
+        block, i, k = _blocks(node_length[s, a], node_length[s, b])
+        t = s[block]
+        cells.append((starts[triple_nodes[t, a]] + i) * n_tok + starts[triple_nodes[t, b]] + k)
+        values.append((offset[t, b] + k) - (offset[t, a] + i))
+        triples.append(t)
+        ranks.append(np.full(len(t), rank))
+    if conflict == "last" and self_loop.any():
+        s = np.flatnonzero(self_loop)
+        block, x, y = _blocks(node_length[s, 0], node_length[s, 0])
+        t = s[block]
+        span = node_length[t, 0] + node_length[t, 1]  # l_e + l_r
+        first = starts[triple_nodes[t, 0]]
+        cells.append((first + x) * n_tok + first + y)
+        values.append(np.where(x > y, (y - x) + span, (y - x) - span))
+        triples.append(t)
+        ranks.append(np.zeros(len(t), dtype=np.int64))
+    cell, value, triple = np.concatenate(cells), np.concatenate(values), np.concatenate(triples)
+    if conflict == "last":
+        # Within one triple every cell appears once, so the order (cell, triple) and the last of each cell.
+        order = np.argsort(cell * n_triple + triple, kind="stable")
+        cell, value = cell[order], value[order]
+        keep = np.append(cell[1:] != cell[:-1], True)  # the last of each cell
+    else:
+        tie = triple * len(ROLE_PAIRS) + np.concatenate(ranks)  # earlier triple, then earlier role pair
+        order = np.lexsort((tie, np.abs(value), cell))
+        cell, value = cell[order], value[order]
+        keep = np.insert(cell[1:] != cell[:-1], 0, True)  # the nearest of each cell
+    cell = cell[keep]
+    return cell // n_tok, cell % n_tok, value[keep].astype(np.int32)
+
+
+def _path_positions(triple_nodes, lengths, starts, relative_position, kind) -> None:
+    """Fill the graph block with sentence positions along the shortest directed Levi-graph path, either way.
+
+    Node distances come from one Dijkstra over the ``N``-node Levi graph. For tokens ``i`` of ``u`` and
+    ``k`` of ``v`` (offsets in their nodes), forward ``d(u, v) + k - i`` and backward ``k - i - d(v, u)``.
+    Most joined node pairs are joined one way only and take that way: one dense pass. Pairs joined both
+    ways (a cycle) are few and decided per token pair afterwards: as ``d(u, v) >= l_u > i - k`` and
+    ``d(v, u) >= l_v > k - i``, forward is positive and backward negative, so forward is the nearer
+    exactly when ``2 (k - i) < d(v, u) - d(u, v)``; ties go forward for a query before its key in the
+    layout and backward otherwise, so both directions of a pair are decided alike (antisymmetric).
+    """
+    n_node, n_graph = len(lengths), int(starts[-1])
+    # Edge u -> v weighs l_u: the distance from u's first token to v's first token along the path.
+    edges = np.concatenate([triple_nodes[:, :2], triple_nodes[:, 1:]])  # (2S, 2)
+    src, dst = np.unique(edges, axis=0).T if len(edges) else (edges[:, 0], edges[:, 1])  # (E,) each, no repeats
+    adjacency = csr_matrix((lengths[src].astype(np.float64), (src, dst)), shape=(n_node, n_node))
+    dist = shortest_path(adjacency, method="D", directed=True)  # (N, N), inf where unreachable
+    ahead, behind = np.isfinite(dist), np.isfinite(dist.T)  # (N, N) each
+    reached = np.where(ahead, dist, 0).astype(np.int32)  # (N, N) d(u, v), 0 if unreachable
+    one_way = np.where(ahead, reached, -reached.T)  # (N, N) d(u, v), else -d(v, u), else 0
+    nodes = np.repeat(np.arange(n_node), lengths)  # (L_g,)
+    offset = (np.arange(n_graph) - starts[nodes]).astype(np.int32)  # (L_g,)
+    by_column = one_way[:, nodes] + offset[None, :]  # (N, L_g): d + k
+    # Rows repeated whole (tokens of a node are contiguous) into contiguous work arrays, then copied once
+    # into the graph block (a strided view when question tokens follow).
+    position = np.repeat(by_column, lengths, axis=0)  # (L_g, L_g) d + k
+    position -= offset[:, None]  # d + k - i
+    apart = np.repeat((~(ahead | behind)).astype(np.int8)[:, nodes], lengths, axis=0)  # (L_g, L_g) joined neither way
+    np.copyto(position, 0, where=apart.view(bool))  # such pairs have no position ...
+    kind[:n_graph, :n_graph] = apart  # ... and kind GRAPH_GLOBAL (1); joined pairs SAME_TRIPLE (0)
+    graph = relative_position[:n_graph, :n_graph]
+    graph[...] = position
+
+    u, v = np.nonzero(ahead & behind & (np.arange(n_node)[:, None] != np.arange(n_node)))  # (P,) cycle pairs
+    pair, i, k = _blocks(lengths[u], lengths[v])  # their token pairs
+    row, col = starts[u][pair] + i, starts[v][pair] + k
+    forward, backward = dist[u, v][pair], dist[v, u][pair]
+    take_forward = 2 * (k - i) - (col > row) < backward - forward  # ties forward for the query first
+    graph[row, col] = (k - i) + np.where(take_forward, forward, -backward).astype(np.int32)
