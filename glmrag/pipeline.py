@@ -23,6 +23,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from glmrag.data.files import register_data
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import Corpus, Question
 from glmrag.eval import EvalResult, evaluate, format_markdown, write_outputs
@@ -169,6 +170,7 @@ def add_qa_and_cost_columns(
 def run_eval(cfg: DictConfig) -> EvalResult:
     """Rank the questions of ``cfg.data`` with every retriever in ``cfg.retriever`` and evaluate them together;
     with ``cfg.qa`` also answer them with ``cfg.reader`` and score the answers and the ``cfg.qa_baselines``."""
+    register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
     full = load_dataset(cfg.data.name, root=cfg.data.root)
     dataset = load_dataset(cfg.data.name, split=cfg.data.split, limit=cfg.data.limit, root=cfg.data.root)
     log.info(

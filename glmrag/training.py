@@ -21,6 +21,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
+from glmrag.data.files import register_data
 from glmrag.eval import EvalResult
 from glmrag.eval.store import run_record, write_run
 from glmrag.models.datamodule import dataset_index_config
@@ -167,6 +168,7 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     first, None when ``evaluate`` is false) and the run's results-store folders
     (``stored``; none for a fast_dev_run).
     """
+    register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
     L.seed_everything(cfg.seed, workers=True)
     if cfg.get("pretrain") and not cfg.get("ckpt_path"):
         _, pre_callbacks, _ = fit(pretrain_config(cfg))

@@ -100,7 +100,11 @@ def format_markdown(result: EvalResult) -> str:
         "Filtered R@k (GFM-RAG's training-time metric) ranks each gold passage only against the non-gold "
         "passages and overstates recall; it is not comparable with Recall@k.",
     ]
-    if result.reference is not None:
+    if c["evaluated"] == 0:
+        notes.insert(
+            0, "No question has gold passages: retrieval metrics are skipped; the rankings are in per_question.jsonl."
+        )
+    if result.reference is not None and result.significance:
         tested = ", ".join(_label(m) for m in result.settings.get("tested_metrics", []))
         notes.append(
             f"Paired {result.settings.get('test', 'bootstrap')} test vs {result.reference} on {tested}, "
