@@ -28,6 +28,7 @@ from glmrag.data.registry import load_dataset
 from glmrag.data.types import Corpus, Question
 from glmrag.eval import EvalResult, evaluate, format_markdown, write_outputs
 from glmrag.eval.metrics import qa_metrics
+from glmrag.eval.overlap import choose_split
 from glmrag.eval.report import COST_FIELDS, cost_columns
 from glmrag.eval.significance import Interval, bootstrap_ci
 from glmrag.eval.store import run_record, write_run
@@ -172,7 +173,9 @@ def run_eval(cfg: DictConfig) -> EvalResult:
     with ``cfg.qa`` also answer them with ``cfg.reader`` and score the answers and the ``cfg.qa_baselines``."""
     register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
     full = load_dataset(cfg.data.name, root=cfg.data.root)
-    dataset = load_dataset(cfg.data.name, split=cfg.data.split, limit=cfg.data.limit, root=cfg.data.root)
+    # a checkpoint is scored on the questions it did not train on (glmrag/eval/overlap.py)
+    split, overlap = choose_split(cfg.data.name, cfg.data.split, cfg.retriever, cfg.get("allow_train_overlap", False))
+    dataset = load_dataset(cfg.data.name, split=split, limit=cfg.data.limit, root=cfg.data.root)
     log.info(
         "%s: %d questions, %d passages; %s",
         dataset.name,
@@ -221,6 +224,9 @@ def run_eval(cfg: DictConfig) -> EvalResult:
     # wall time of retrieve() over all questions, loading included (GLM-RAG Table 7 measures it on a GPU:
     # benchmarks/gpu_gnn.py, benchmarks/gpu_glm.py)
     result.settings["ms_per_question"] = ms_per_question
+    result.settings["data_split"] = split
+    if overlap:
+        result.settings["train_overlap"] = overlap
     costs: dict[str, list[dict[str, Usage]]] = {}
     if reader is not None or any(isinstance(r, LLMCostedRetriever) for r in retrievers.values()):
         costs = llm_costs([*retrievers, *baselines], retrievers, reader, questions)

@@ -24,6 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from glmrag.eval.overlap import overlap_note
 from glmrag.eval.significance import Interval
 from glmrag.io import atomic_write_text
 
@@ -89,6 +90,8 @@ def format_markdown(result: EvalResult) -> str:
     ]
     for system in result.systems:
         name = f"{system} (ref)" if system == result.reference else system
+        if system in result.settings.get("train_overlap", {}):
+            name += " (trained on these questions)"
         cells = [_cell(result.overall[system].get(m), m in with_ci) + markers.get((system, m), "") for m in metrics]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
 
@@ -100,6 +103,9 @@ def format_markdown(result: EvalResult) -> str:
         "Filtered R@k (GFM-RAG's training-time metric) ranks each gold passage only against the non-gold "
         "passages and overstates recall; it is not comparable with Recall@k.",
     ]
+    warning = overlap_note(result.settings.get("train_overlap", {}))
+    if warning:
+        notes.insert(0, warning)
     if c["evaluated"] == 0:
         notes.insert(
             0, "No question has gold passages: retrieval metrics are skipped; the rankings are in per_question.jsonl."

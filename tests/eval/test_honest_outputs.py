@@ -1,0 +1,48 @@
+"""Outputs that cannot mislead: held-out splits for checkpoints, flagged overlap, no empty correction note."""
+
+import pytest
+import torch
+
+from glmrag.eval import evaluate, format_markdown
+from glmrag.eval.overlap import choose_split
+from glmrag.retrievers.base import Ranking
+
+HPARAMS = {"datasets": ["musique100"], "train_split": "train", "val_split": "validation", "test_split": "test"}
+
+
+@pytest.fixture
+def retrievers(tmp_path):
+    """An eval config's retriever node: one checkpoint trained on musique100, one baseline."""
+    path = tmp_path / "gnn.ckpt"
+    torch.save({"state_dict": {}, "datamodule_hyper_parameters": HPARAMS}, path)
+    return {"gnn": {"_target_": "x", "ckpt_path": str(path)}, "ppr": {"_target_": "y"}}
+
+
+def test_a_checkpoint_is_scored_on_its_held_out_split_by_default(retrievers):
+    assert choose_split("musique100", None, retrievers) == ("test", {})
+    assert choose_split("musique100", "test", retrievers) == ("test", {})
+    assert choose_split("2wiki_test", None, retrievers) == (None, {})  # not trained on it: every question
+    assert choose_split("musique100", None, {"ppr": {"_target_": "y"}}) == (None, {})
+
+
+@pytest.mark.parametrize("split", ["train", "validation"])
+def test_a_seen_split_is_refused_unless_allowed_and_then_flagged(retrievers, split, index, questions):
+    with pytest.raises(ValueError, match=f"retriever gnn .* on the '{split}' split of musique100.*data.split=test"):
+        choose_split("musique100", split, retrievers)
+    chosen, overlap = choose_split("musique100", split, retrievers, allow_overlap=True)
+    assert (chosen, overlap) == (split, {"gnn": split})
+
+    rankings = [Ranking(q.id, ["p0", "p1", "p2", "p3", "p4"], [5.0, 4, 3, 2, 1]) for q in questions]
+    result = evaluate({"gnn": rankings, "ppr": rankings}, questions, index, reference="gnn", n_boot=50)
+    result.settings["train_overlap"] = overlap
+    md = format_markdown(result)
+    assert "| gnn (ref) (trained on these questions) |" in md and "| ppr |" in md
+    assert f"**Warning: evaluated on questions it trained or selected on (gnn on its {split} split)" in md
+
+
+def test_one_system_gets_no_multiple_comparison_note(index, questions):
+    rankings = [Ranking(q.id, ["p0", "p1", "p2", "p3", "p4"], [5.0, 4, 3, 2, 1]) for q in questions]
+    one = format_markdown(evaluate({"ppr": rankings}, questions, index, reference="ppr", n_boot=50))
+    assert "Holm-Bonferroni" not in one
+    two = format_markdown(evaluate({"ppr": rankings, "dense": rankings}, questions, index, reference="ppr", n_boot=50))
+    assert "Holm-Bonferroni corrected over 2 comparisons" in two  # Recall@2 and Recall@5 of dense vs ppr
