@@ -10,8 +10,8 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import fields
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 
 import hydra
