@@ -30,6 +30,8 @@ from glmrag.eval.store import StoredRun
 METRICS = ("recall@2", "recall@5")
 SYSTEM_KEYS = ("system", "experiment")
 """Override keys that choose the system or the study: their values name families, not rows."""
+BOOKKEEPING_KEYS = ("logger", "output_dir", "results_dir", "checkpoint_dir", "study", "run_name", "hydra", "ckpt_path")
+"""Override keys that say where a run is written or logged (or resumed from), never what it measures."""
 LABELS = {"data": "train data", "eval_data": "test data", "data.name": "train data"}
 MISSING = "–"
 
@@ -80,11 +82,15 @@ def _varies_within_a_family(runs: Sequence[StoredRun], key: str, recorded_only: 
     return any(len(values) > 1 for values in families.values())
 
 
+def _bookkeeping(key: str) -> bool:
+    return key.replace("/", ".").split(".")[0].lstrip("@") in BOOKKEEPING_KEYS
+
+
 def swept_keys(runs: Sequence[StoredRun]) -> list[str]:
     """What the study varies within a system family: the swept overrides (and the test set), else the
     one numeric setting that varies (e.g. ``model.max_triplets`` when each budget is its own system)."""
     keys = list(dict.fromkeys(k for run in runs for k in overrides(run)))
-    keys = [k for k in keys if k.split("/")[0] not in SYSTEM_KEYS] + ["eval_data"]
+    keys = [k for k in keys if k.split("/")[0] not in SYSTEM_KEYS and not _bookkeeping(k)] + ["eval_data"]
     found = [k for k in keys if _varies_within_a_family(runs, k)]
     if found:
         return found

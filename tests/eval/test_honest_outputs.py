@@ -46,3 +46,15 @@ def test_one_system_gets_no_multiple_comparison_note(index, questions):
     assert "Holm-Bonferroni" not in one
     two = format_markdown(evaluate({"ppr": rankings, "dense": rankings}, questions, index, reference="ppr", n_boot=50))
     assert "Holm-Bonferroni corrected over 2 comparisons" in two  # Recall@2 and Recall@5 of dense vs ppr
+
+
+def test_where_a_run_is_written_or_logged_is_never_a_swept_column():
+    from glmrag.eval.store import StoredRun
+    from glmrag.eval.study_report import swept_keys
+
+    def run(i: int, hidden: int) -> StoredRun:
+        over = [f"model.hidden_channels={hidden}", f"logger={['csv', 'wandb'][i % 2]}", f"output_dir=out/{i}"]
+        over += [f"results_dir=res/{i}", f"hydra.run.dir=x{i}", f"checkpoint_dir=c{i}"]
+        return StoredRun(f"r{i}", None, {"run": {"family": "gnn", "overrides": over, "eval_data": "musique100"}})
+
+    assert swept_keys([run(0, 32), run(1, 64)]) == ["model.hidden_channels"]
