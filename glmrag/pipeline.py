@@ -23,6 +23,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from glmrag import config_path  # noqa: F401  (registers ${glmrag_overrides:}, used by the run names)
 from glmrag.data.files import register_data
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import Corpus, Question
