@@ -213,7 +213,7 @@ def format_study_markdown(runs: Sequence[StoredRun], title: str) -> str:
         "Markers on a baseline row compare it with its run's trained system (ref) on the same questions "
         "(paired bootstrap, Holm-Bonferroni, GLM-RAG App. H): \\*/\\*\\*/\\*\\*\\* = the trained system is "
         "significantly better (p < .05/.01/.001), † = significantly worse. Runs are not tested against each other."
-        + ("  \nms/q: wall time of the evaluator's retrieve() per question, loading included." if timed else ""),
+        + ("  \nms/q: a warm retrieve() per question, one-off setup apart (glmrag/eval/timing.py)." if timed else ""),
     ]
     if len(cells) < sum(1 for r in rows if r.reference):
         lines.append("Some cells were run more than once: the paper tables show the last run (by folder name).")

@@ -58,3 +58,49 @@ def test_where_a_run_is_written_or_logged_is_never_a_swept_column():
         return StoredRun(f"r{i}", None, {"run": {"family": "gnn", "overrides": over, "eval_data": "musique100"}})
 
     assert swept_keys([run(0, 32), run(1, 64)]) == ["model.hidden_channels"]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class SlowStart:
+    """A retriever whose first call costs 10 s of setup, and every question 0.1 s (on a fake clock)."""
+
+    name = "slow_start"
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock, self.ready, self.calls = clock, False, 0
+
+    def retrieve(self, questions, index, corpus, top_k=10):
+        self.calls += 1
+        self.clock.now += (0.0 if self.ready else 10.0) + 0.1 * len(questions)
+        self.ready = True
+        return [Ranking(q.id, ["p0"], [1.0]) for q in questions]
+
+
+class Answering(SlowStart):
+    answers: dict = {}
+
+
+def test_setup_and_per_question_time_are_reported_apart(monkeypatch, questions, index):
+    from glmrag.eval import timing
+
+    clock = FakeClock()
+    monkeypatch.setattr(timing.time, "perf_counter", clock)
+    slow = SlowStart(clock)
+    rankings, setup, ms = timing.timed_retrieve(slow, questions, index, None, top_k=1)
+    assert len(rankings) == len(questions) and slow.calls == 2
+    assert setup == pytest.approx(10.0) and ms == pytest.approx(100.0)  # not (10 + 0.6 + 0.1) / 6 s
+
+    answering = Answering(clock)  # one call only: setup not separated, per question includes it
+    _, setup, ms = timing.timed_retrieve(answering, questions, index, None, top_k=1)
+    assert answering.calls == 1 and setup is None and ms == pytest.approx(1000 * (10.0 + 0.6) / 6)
+
+    result = evaluate({"slow": rankings}, questions, index, n_boot=20)
+    result.settings |= {"ms_per_question": {"slow": 100.0}, "setup_seconds": {"slow": 10.0}}
+    assert "| slow | 10.0 | 100.0 |" in format_markdown(result)
