@@ -14,9 +14,8 @@ evaluator, so a table here equals ``eval.py``'s on the same settings.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from glmrag.data.files import load_files, register_files
 from glmrag.data.registry import DATASETS, load_dataset
 from glmrag.data.types import Dataset, Question
 from glmrag.eval import EvalResult, evaluate, format_markdown
+from glmrag.eval.timing import timed_retrieve
 from glmrag.index.cache import get_index
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
@@ -147,8 +147,7 @@ class Table:
     """The evaluator's result as a table: one row per system, metrics as fractions in ``[0, 1]``."""
 
     result: EvalResult
-    seconds: dict[str, float] = field(default_factory=dict)
-    """System -> wall seconds of its ``retrieve`` over all questions (setup included)."""
+    """Everything the evaluator measured; ``result.settings`` holds ``setup_seconds`` and ``ms_per_question``."""
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -184,12 +183,10 @@ def evaluate_systems(
         raise ValueError("evaluate_systems needs at least one system")
     index = build_index(dataset) if index is None else index
     questions = list(dataset.qa)
-    rankings, seconds = {}, {}
+    rankings, setup, ms = {}, {}, {}
     for label, system in named.items():
         retriever = get_retriever(system) if isinstance(system, str) else system
-        start = time.perf_counter()
-        rankings[label] = retriever.retrieve(questions, index, dataset.corpus, top_k=max(ks))
-        seconds[label] = time.perf_counter() - start
+        rankings[label], setup[label], ms[label] = timed_retrieve(retriever, questions, index, dataset.corpus, max(ks))
     embed_model = index.manifest.get("settings", {}).get("embed_model")
     question_embeddings = None
     if index.entity_embeddings is not None and embed_model:  # the entity-cosine analysis, as eval.py gives it
@@ -204,7 +201,8 @@ def evaluate_systems(
         n_boot=n_boot,
         seed=seed,
     )
-    return Table(result, seconds)
+    result.settings |= {"ms_per_question": ms, "setup_seconds": setup}
+    return Table(result)
 
 
 def compose_config(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
