@@ -26,6 +26,7 @@ from glmrag.eval import EvalResult
 from glmrag.eval.store import run_record, write_run
 from glmrag.models.datamodule import dataset_index_config
 from glmrag.pipeline import hydra_overrides, resolved_config_yaml, run_eval
+from glmrag.wandb_logging import close_loggers, log_evaluation
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +64,13 @@ def wandb_logged_in() -> bool:
 
 
 def resolve_wandb_mode(mode: str) -> str:
-    """``auto`` becomes ``online`` when the user is logged in to wandb, else ``offline``."""
+    """``auto`` becomes ``$WANDB_MODE`` when set (``WANDB_MODE=disabled python train.py ...``), else
+    ``online`` when the user is logged in to wandb, else ``offline``. An explicit mode is kept."""
     if mode not in ("auto", "online", "offline", "disabled"):
         raise ValueError(f"logger.wandb.mode must be auto, online, offline or disabled; got {mode!r}")
+    env = {"dryrun": "offline", "run": "online"}.get(os.environ.get("WANDB_MODE", ""), os.environ.get("WANDB_MODE"))
+    if mode == "auto" and env and env != "auto":
+        return resolve_wandb_mode(env)
     if mode == "auto":
         return "online" if wandb_logged_in() else "offline"
     return mode
@@ -171,7 +176,8 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
     L.seed_everything(cfg.seed, workers=True)
     if cfg.get("pretrain") and not cfg.get("ckpt_path"):
-        _, pre_callbacks, _ = fit(pretrain_config(cfg))
+        _, pre_callbacks, pre_loggers = fit(pretrain_config(cfg))
+        close_loggers(pre_loggers)  # the fine-tuning logs into a run of its own
         last = next((cb.last_model_path for cb in pre_callbacks if isinstance(cb, ModelCheckpoint)), None)
         if last:
             cfg = OmegaConf.merge(cfg, {"model": {"init_from": last}})
@@ -194,6 +200,9 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
                 logger.log_metrics(
                     {f"{prefix}/{m}": iv.mean for m, iv in result.overall[cfg.run_name].items() if hasattr(iv, "mean")}
                 )
+            log_evaluation(loggers, result, None, prefix)  # wandb: the table and the rankings as Tables
+    if best and trainer.is_global_zero:
+        log_evaluation(loggers, None, best)  # wandb: an artifact online, a copy in the run folder offline
     stored = []
     if trainer.is_global_zero and not trainer.fast_dev_run:
         model = trainer.lightning_module
@@ -202,6 +211,7 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
             logger.log_hyperparams({"results": [str(p) for p in stored], "num_parameters": num_parameters(model)})
     log.info("best checkpoint: %s", best)
     first = next(iter(evals.values()), None)
+    close_loggers(loggers)  # the next job in this process (a Hydra multirun) starts its own run
     return {"metrics": metrics, "best_checkpoint": best, "eval": first, "evals": evals, "stored": stored}
 
 
