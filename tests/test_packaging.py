@@ -1,0 +1,43 @@
+"""A non-editable install works away from the repository: the configs ship in the package.
+
+Slow (a venv and a wheel build, then an evaluation): ``pytest -m slow tests/test_packaging.py``. The venv
+sees the system's packages (``--system-site-packages``) and glmrag is installed with ``--no-deps
+--no-build-isolation``, so nothing is downloaded.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_glmrag_eval_from_a_non_editable_install_in_a_fresh_venv(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    python, bin_dir = venv / "bin" / "python", venv / "bin"
+    pip = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(ROOT)]
+    subprocess.run(pip, check=True, cwd=tmp_path, capture_output=True, text=True)
+
+    elsewhere = tmp_path / "work"  # no configs/ folder here: Hydra must read the package's copy
+    elsewhere.mkdir()
+    where = subprocess.run(
+        [str(python), "-c", "import glmrag, glmrag.config_path as c; print(glmrag.__file__); print(c.config_dir())"],
+        check=True,
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert all(str(venv) in line for line in where), where  # the installed copy, not a source checkout
+    assert where[1].endswith("glmrag/configs")
+
+    env = {"GLMRAG_CACHE_DIR": str(tmp_path / "cache"), "PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    cmd = [str(bin_dir / "glmrag-eval"), "data=toy", "output_dir=out", "n_boot=50", "results_dir=res"]
+    done = subprocess.run(cmd, cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| dense (ref) |" in done.stdout
+    assert set(json.loads((elsewhere / "out" / "metrics.json").read_text())["overall"]) == {"dense", "ppr"}
