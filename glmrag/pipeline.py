@@ -196,7 +196,8 @@ def run_eval(cfg: DictConfig) -> EvalResult:
         rankings[name], setup_seconds[name], ms_per_question[name] = timed_retrieve(
             retriever, questions, index, dataset.corpus, top_k
         )
-        log.info("%s: setup %s s, %.1f ms per question", name, setup_seconds[name], ms_per_question[name])
+        setup = "not separated" if setup_seconds[name] is None else f"{setup_seconds[name]:.1f} s"
+        log.info("%s: setup %s, %.1f ms per question", name, setup, ms_per_question[name])
 
     reader: QAReader | None = None
     answers: dict[str, dict[str, str]] | None = None

@@ -20,6 +20,8 @@ def test_glmrag_eval_from_a_non_editable_install_in_a_fresh_venv(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     python, bin_dir = venv / "bin" / "python", venv / "bin"
+    # the venv's bundled setuptools can be older than the system's (and lack bdist_wheel): use the system's
+    subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", "setuptools"], check=True)
     pip = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(ROOT)]
     subprocess.run(pip, check=True, cwd=tmp_path, capture_output=True, text=True)
 
