@@ -6,6 +6,7 @@ sees the system's packages (``--system-site-packages``) and glmrag is installed 
 """
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,12 +19,13 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_glmrag_eval_from_a_non_editable_install_in_a_fresh_venv(tmp_path):
     venv = tmp_path / "venv"
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # no source tree on the path
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     python, bin_dir = venv / "bin" / "python", venv / "bin"
     # the venv's bundled setuptools can be older than the system's (and lack bdist_wheel): use the system's
-    subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", "setuptools"], check=True)
+    subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", "setuptools"], check=True, env=clean)
     pip = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(ROOT)]
-    subprocess.run(pip, check=True, cwd=tmp_path, capture_output=True, text=True)
+    subprocess.run(pip, check=True, cwd=tmp_path, capture_output=True, text=True, env=clean)
 
     elsewhere = tmp_path / "work"  # no configs/ folder here: Hydra must read the package's copy
     elsewhere.mkdir()
@@ -33,6 +35,7 @@ def test_glmrag_eval_from_a_non_editable_install_in_a_fresh_venv(tmp_path):
         cwd=elsewhere,
         capture_output=True,
         text=True,
+        env=clean,
     ).stdout.split()
     assert all(str(venv) in line for line in where), where  # the installed copy, not a source checkout
     assert where[1].endswith("glmrag/configs")

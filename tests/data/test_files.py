@@ -174,3 +174,17 @@ def test_an_unlabelled_hotpotqa_test_file_is_kept_without_gold(tmp_path):
     ds = load_files("hotpotqa", questions=path)
     assert [(q.id, q.answers, q.supporting) for q in ds.qa] == [("t1", (), ())]
     assert ds.report.counts == {"question_without_gold": 1}
+
+
+def test_a_folder_of_documents_without_questions_is_indexed_and_searchable(tmp_path, monkeypatch):
+    import glmrag
+
+    monkeypatch.setenv("GLMRAG_CACHE_DIR", str(tmp_path / "cache"))
+    docs = write_format("plain", tmp_path)["corpus"]
+    data = glmrag.load_data("my_docs", format="plain", corpus=docs)
+    assert len(data.corpus) == 4 and len(data.qa) == 0
+    index = glmrag.build_index(data)
+    (ranking,) = glmrag.retrieve("ppr", ["Which river rises in Switzerland?"], index, data, top_k=4)
+    assert sorted(ranking.passage_ids) == sorted(data.corpus.ids)
+    (ranking,) = glmrag.retrieve("dense", ["Which river rises in Switzerland?"], index, data, top_k=1)
+    assert data.corpus[data.corpus.position(ranking.passage_ids[0])].title == "Rhone"
