@@ -1,5 +1,7 @@
 """Outputs that cannot mislead: held-out splits for checkpoints, flagged overlap, no empty correction note."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -104,3 +106,23 @@ def test_setup_and_per_question_time_are_reported_apart(monkeypatch, questions, 
     result = evaluate({"slow": rankings}, questions, index, n_boot=20)
     result.settings |= {"ms_per_question": {"slow": 100.0}, "setup_seconds": {"slow": 10.0}}
     assert "| slow | 10.0 | 100.0 |" in format_markdown(result)
+
+
+def test_every_breakdown_series_has_its_own_colour_and_equal_values_stay_visible(monkeypatch, tmp_path):
+    from glmrag.eval import study_plots
+    from glmrag.eval.store import StoredRun
+
+    figures = []
+    monkeypatch.setattr(study_plots, "_save", lambda fig, path: figures.append(fig) or Path(path))
+    same = {"2": {"n": 10, "recall@2": 0.5}, "3": {"n": 5, "recall@2": 0.25}}  # every system scores the same
+
+    def run(name: str) -> StoredRun:
+        breakdowns = {"hops": {name: same, "dense": same, "ppr": same}}
+        return StoredRun(name, None, {"systems": [name, "dense", "ppr"], "reference": name, "breakdowns": breakdowns})
+
+    study_plots.plot_breakdown([run("glm_a"), run("glm_b")], "hops", tmp_path / "b.png")
+    lines = figures[0].axes[0].lines
+    assert [ln.get_label() for ln in lines] == ["glm_a", "glm_b", "dense (dashed)", "ppr (dashed)"]
+    assert len({ln.get_color() for ln in lines}) == 4  # dense and ppr are no longer both grey
+    assert len({tuple(ln.get_xdata()) for ln in lines}) == 4  # dodged: no line hides another
+    assert [ln.get_linestyle() for ln in lines] == ["-", "-", "--", "--"]  # the legend's "dashed" is true
