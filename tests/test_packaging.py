@@ -7,6 +7,7 @@ sees the system's packages (``--system-site-packages``) and glmrag is installed 
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,15 @@ def test_glmrag_eval_from_a_non_editable_install_in_a_fresh_venv(tmp_path):
     python, bin_dir = venv / "bin" / "python", venv / "bin"
     # the venv's bundled setuptools can be older than the system's (and lack bdist_wheel): use the system's
     subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", "setuptools"], check=True, env=clean)
-    pip = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(ROOT)]
+    source = tmp_path / "src"  # setuptools builds in the source folder (build/, *.egg-info): not in the checkout
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.splitlines()
+    for name in listed:
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    pip = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(source)]
     subprocess.run(pip, check=True, cwd=tmp_path, capture_output=True, text=True, env=clean)
 
     elsewhere = tmp_path / "work"  # no configs/ folder here: Hydra must read the package's copy
