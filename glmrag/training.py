@@ -22,11 +22,13 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from glmrag.config_check import validate_train_config
+from glmrag.data.files import register_data
 from glmrag.eval import EvalResult
 from glmrag.eval.store import run_record, write_run
 from glmrag.io import children_die_with_parent, local_checkpoint
 from glmrag.models.datamodule import dataset_index_config
 from glmrag.pipeline import hydra_overrides, resolved_config_yaml, run_eval
+from glmrag.wandb_logging import close_loggers, log_evaluation
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +66,13 @@ def wandb_logged_in() -> bool:
 
 
 def resolve_wandb_mode(mode: str) -> str:
-    """``auto`` becomes ``online`` when the user is logged in to wandb, else ``offline``."""
+    """``auto`` becomes ``$WANDB_MODE`` when set (``WANDB_MODE=disabled python train.py ...``), else
+    ``online`` when the user is logged in to wandb, else ``offline``. An explicit mode is kept."""
     if mode not in ("auto", "online", "offline", "disabled"):
         raise ValueError(f"logger.wandb.mode must be auto, online, offline or disabled; got {mode!r}")
+    env = {"dryrun": "offline", "run": "online"}.get(os.environ.get("WANDB_MODE", ""), os.environ.get("WANDB_MODE"))
+    if mode == "auto" and env and env != "auto":
+        return resolve_wandb_mode(env)
     if mode == "auto":
         return "online" if wandb_logged_in() else "offline"
     return mode
@@ -193,11 +199,13 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     (``stored``; none for a fast_dev_run).
     """
     validate_train_config(cfg)
+    register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
     children_die_with_parent()  # DataLoader / spaCy workers must not outlive a killed job
     cfg = resume_folder(cfg)
     L.seed_everything(cfg.seed, workers=True)
     if cfg.get("pretrain") and not cfg.get("ckpt_path"):
-        _, pre_callbacks, _ = fit(pretrain_config(cfg))
+        _, pre_callbacks, pre_loggers = fit(pretrain_config(cfg))
+        close_loggers(pre_loggers)  # the fine-tuning logs into a run of its own
         last = last_checkpoint(pre_callbacks)
         if last:
             cfg = OmegaConf.merge(cfg, {"model": {"init_from": last}})
@@ -220,6 +228,9 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
                 logger.log_metrics(
                     {f"{prefix}/{m}": iv.mean for m, iv in result.overall[cfg.run_name].items() if hasattr(iv, "mean")}
                 )
+            log_evaluation(loggers, result, None, prefix)  # wandb: the table and the rankings as Tables
+    if best and trainer.is_global_zero:
+        log_evaluation(loggers, None, best)  # wandb: an artifact online, a copy in the run folder offline
     stored = []
     if trainer.is_global_zero and not trainer.fast_dev_run:
         model = trainer.lightning_module
@@ -228,6 +239,7 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
             logger.log_hyperparams({"results": [str(p) for p in stored], "num_parameters": num_parameters(model)})
     log.info("best checkpoint: %s", best)
     first = next(iter(evals.values()), None)
+    close_loggers(loggers)  # the next job in this process (a Hydra multirun) starts its own run
     return {"metrics": metrics, "best_checkpoint": best, "eval": first, "evals": evals, "stored": stored}
 
 

@@ -7,7 +7,8 @@ the others are read from the shared data folder, found in this order:
 
 Splits. None of the registered datasets carries an official train/validation/test
 partition of its own questions (each is one slice of one benchmark split), so
-every one is split the same fixed way (:func:`split_assignment`): questions are
+every one is split the same fixed way (:func:`split_assignment`; a dataset whose files
+carry their own split, ``Dataset.splits``, keeps it instead): questions are
 ranked by ``sha256("glmrag-split-v1:" + id)``; the first ``round(0.6 n)`` are
 ``train``, the next ``round(0.2 n)`` ``validation``, the rest ``test`` (musique100:
 exactly 60/20/20). The split depends only on the ids, never on file order or
@@ -120,7 +121,10 @@ def load_dataset(name: str, split: str | None = None, limit: int | None = None, 
     missing, and :class:`DataFormatError` for a malformed file.
     """
     if name not in DATASETS:
-        raise KeyError(f"unknown dataset {name!r}; registered: {', '.join(DATASETS)}")
+        raise KeyError(
+            f"unknown dataset {name!r}; registered: {', '.join(DATASETS)} "
+            "(your own files: data=files data.format=... data.questions=..., see glmrag/data/files.py)"
+        )
     if split is not None and split not in SPLITS:
         raise ValueError(f"split {split!r} is not one of {SPLITS} (or None for all questions)")
     if limit is not None and limit < 0:
@@ -128,7 +132,7 @@ def load_dataset(name: str, split: str | None = None, limit: int | None = None, 
     spec = DATASETS[name]
     folder = Path() if spec.embedded else data_dir(root, spec)
     ds = spec.build(folder)
-    assignment = split_assignment([q.id for q in ds.qa])
+    assignment = ds.splits if ds.splits is not None else split_assignment([q.id for q in ds.qa])
     keep = [i for i, q in enumerate(ds.qa) if split is None or assignment[q.id] == split]
     ds.qa = ds.qa.subset(keep[:limit] if limit is not None else keep)
     return ds

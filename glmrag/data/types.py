@@ -146,6 +146,9 @@ class Dataset:
     report: IngestReport
     openie_path: str | None = None
     """HippoRAG-format OpenIE file for this corpus, when the dataset ships one."""
+    splits: dict[str, str] | None = None
+    """Question id -> ``train`` / ``validation`` / ``test`` when the files carry their own split
+    (a GFM-RAG folder's ``train.json`` / ``test.json``, a ``split`` field); ``None``: the registry's fixed split."""
 
     def content_hash(self) -> str:
         return hashlib.sha256(f"{self.corpus.content_hash()}:{self.qa.content_hash()}".encode()).hexdigest()[:16]

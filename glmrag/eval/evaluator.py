@@ -239,12 +239,14 @@ def evaluate(
         for g in GROUPINGS:
             grouped[g][s] = bd.group_means(values, buckets[g])
 
+    # Analysis measures are defined on system-dependent questions, so they cannot be paired.
+    testable = [m for m in names if m not in ANALYSIS_METRICS]
     if test_metrics is None:
         test_metrics = [f"recall@{k}" for k in (2, 5) if k in ks] or [f"recall@{ks[0]}"]
+        # no question with gold passages: no retrieval metric to test (the rankings are still written)
+        test_metrics = [m for m in test_metrics if m in testable] if not evaluated else test_metrics
     significance = []
     if reference is not None:
-        # Analysis measures are defined on system-dependent questions, so they cannot be paired.
-        testable = [m for m in names if m not in ANALYSIS_METRICS]
         unknown = [m for m in test_metrics if m not in testable]
         if unknown:
             raise ValueError(f"test_metrics {unknown} cannot be tested; metrics on shared questions are {testable}")

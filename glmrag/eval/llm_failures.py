@@ -42,6 +42,21 @@ def retrieve_guarded(
     return rankings, failed
 
 
+class GuardedRetrieval:
+    """:func:`retrieve_guarded` as a function of the questions alone (what :func:`~glmrag.eval.timing.timed_retrieve`
+    runs); ``failed`` holds the ids of the questions whose LLM calls failed in the latest call."""
+
+    def __init__(self, name: str, retriever: Retriever, index: KGIndex, corpus: Corpus, top_k: int) -> None:
+        self.name, self.retriever, self.index, self.corpus, self.top_k = name, retriever, index, corpus, top_k
+        self.failed: list[str] = []
+
+    def __call__(self, questions: Sequence[Question]) -> list[Ranking]:
+        rankings, self.failed = retrieve_guarded(
+            self.name, self.retriever, questions, self.index, self.corpus, self.top_k
+        )
+        return rankings
+
+
 def failure_summary(
     failed: Mapping[str, Sequence[str]], costs: Mapping[str, list[dict[str, Usage]]]
 ) -> dict[str, dict[str, int | list[str]]]:

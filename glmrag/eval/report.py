@@ -24,6 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from glmrag.eval.overlap import overlap_note
 from glmrag.eval.significance import Interval
 from glmrag.io import atomic_write_text
 
@@ -89,6 +90,8 @@ def format_markdown(result: EvalResult) -> str:
     ]
     for system in result.systems:
         name = f"{system} (ref)" if system == result.reference else system
+        if system in result.settings.get("train_overlap", {}):
+            name += " (trained on these questions)"
         cells = [_cell(result.overall[system].get(m), m in with_ci) + markers.get((system, m), "") for m in metrics]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
 
@@ -100,7 +103,14 @@ def format_markdown(result: EvalResult) -> str:
         "Filtered R@k (GFM-RAG's training-time metric) ranks each gold passage only against the non-gold "
         "passages and overstates recall; it is not comparable with Recall@k.",
     ]
-    if result.reference is not None:
+    warning = overlap_note(result.settings.get("train_overlap", {}))
+    if warning:
+        notes.insert(0, warning)
+    if c["evaluated"] == 0:
+        notes.insert(
+            0, "No question has gold passages: retrieval metrics are skipped; the rankings are in per_question.jsonl."
+        )
+    if result.reference is not None and result.significance:
         tested = ", ".join(_label(m) for m in result.settings.get("tested_metrics", []))
         notes.append(
             f"Paired {result.settings.get('test', 'bootstrap')} test vs {result.reference} on {tested}, "
@@ -122,7 +132,25 @@ def format_markdown(result: EvalResult) -> str:
             "entities: mean question-entity cosine, and mean hop distance from the seeds over reachable "
             f"entities (BFS cutoff {result.settings.get('bfs_cutoff')}); – = the system returns no entities.",
         ]
-    return "\n".join(lines + _qa_baseline_lines(result) + _cost_lines(result)) + "\n"
+    return "\n".join(lines + _timing_lines(result) + _qa_baseline_lines(result) + _cost_lines(result)) + "\n"
+
+
+def _timing_lines(result: EvalResult) -> list[str]:
+    """One-off setup and per-question time of each system (glmrag/eval/timing.py); [] when not measured."""
+    ms, setup = result.settings.get("ms_per_question", {}), result.settings.get("setup_seconds")
+    if not ms or setup is None:
+        return []
+    lines = ["", "| System | Setup s | ms / question |", "|---|---:|---:|"]
+    for system in result.systems:
+        once = setup.get(system)
+        lines.append(f"| {system} | {'–' if once is None else f'{once:.1f}'} | {ms.get(system, math.nan):.1f} |")
+    lines += [
+        "",
+        "Setup: the one-off work of a retriever's first call (model load, corpus embeddings), measured on one "
+        "question; ms / question: a warm call over all questions. – = not separated (a retriever that answers: "
+        "its one call includes the setup). The index build is not included.",
+    ]
+    return lines
 
 
 def _qa_baseline_lines(result: EvalResult) -> list[str]:
@@ -165,7 +193,7 @@ def _cost_lines(result: EvalResult) -> list[str]:
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        "Mean per question: ms of retrieve() (loading included), and LLM calls, tokens and seconds of the "
+        "Mean per question: ms of a warm retrieve() (setup apart), and LLM calls, tokens and seconds of the "
         "retriever and the QA reader together (metrics.json settings.llm_cost splits them).",
     ]
     return lines

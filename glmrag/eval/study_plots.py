@@ -7,6 +7,10 @@
 - :func:`plot_breakdown`: Recall@2 by number of hops or of supporting passages (the evaluator's
   breakdowns), one line per run's trained system, the baselines of the first run dashed.
 
+Every series has a colour and a marker of its own (:func:`series_style`; baselines too, never a
+shared grey), and breakdown lines are dodged sideways a little so that equal values do not hide
+one series under another.
+
 Each returns the path it wrote, or None when the runs hold nothing to draw.
 """
 
@@ -16,6 +20,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -24,6 +29,15 @@ from glmrag.eval.store import StoredRun
 from glmrag.eval.study_report import MISSING, Row, _sort_key
 
 METRIC = "recall@2"
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+DODGE = 0.06
+"""Sideways shift between neighbouring series of a breakdown, in bucket widths."""
+
+
+def series_style(i: int) -> dict:
+    """Colour and marker of the ``i``-th series: tab10 then tab20b colours, cycling markers."""
+    colours = [*colormaps["tab10"].colors, *colormaps["tab20b"].colors]
+    return {"color": colours[i % len(colours)], "marker": MARKERS[i % len(MARKERS)]}
 
 
 def _save(fig: Figure, path: str | os.PathLike[str]) -> Path:
@@ -58,13 +72,13 @@ def plot_scaling(rows: Sequence[Row], path: str | os.PathLike[str], metric: str 
     if not any(len({r.num_parameters for r in rs}) > 1 for rs in families.values()):
         return None
     fig, ax = _axes("Model scaling (GLM-RAG Fig. 6)", "parameters", metric)
-    for family, rs in families.items():
+    for i, (family, rs) in enumerate(families.items()):
         rs = sorted(rs, key=lambda r: r.num_parameters)
         x = [r.num_parameters for r in rs]
         y = [100 * r.overall[metric].mean for r in rs]
         err = [[100 * (r.overall[metric].mean - r.overall[metric].low) for r in rs],
                [100 * (r.overall[metric].high - r.overall[metric].mean) for r in rs]]  # fmt: skip
-        ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=family)
+        ax.errorbar(x, y, yerr=err, capsize=3, label=family, **series_style(i))
     ax.set_xscale("log")
     ax.legend()
     return _save(fig, path)
@@ -80,15 +94,17 @@ def plot_sweep(rows: Sequence[Row], key: str, path: str | os.PathLike[str], metr
     numeric = all(_sort_key(v)[0] == 1 for v in values)
     position = {v: float(v) if numeric else i for i, v in enumerate(values)}
     fig, ax = _axes(f"{_label(metric)} by {key}", key, metric)
-    for family, rs in families.items():
+    for i, (family, rs) in enumerate(families.items()):
+        style = series_style(i)
         points = sorted(swept[family], key=lambda r: position[r.values[key]])
         if points:
             x = [position[r.values[key]] for r in points]
-            ax.plot(x, [100 * r.overall[metric].mean for r in points], marker="o", label=family)
+            ax.plot(x, [100 * r.overall[metric].mean for r in points], label=family, **style)
             low, high = ([100 * getattr(r.overall[metric], e) for r in points] for e in ("low", "high"))
-            ax.fill_between(x, low, high, alpha=0.15)
+            ax.fill_between(x, low, high, alpha=0.15, color=style["color"])
         elif len(rs) == 1:  # a reference without the swept value
-            ax.axhline(100 * rs[0].overall[metric].mean, linestyle="--", color="gray", label=f"{family} (no {key})")
+            mean = 100 * rs[0].overall[metric].mean
+            ax.axhline(mean, linestyle="--", color=style["color"], label=f"{family} (no {key}, dashed)")
     if not numeric:
         ax.set_xticks(list(position.values()), [str(v) for v in values])
     ax.legend()
@@ -111,18 +127,20 @@ def plot_breakdown(
         buckets = sorted(buckets, key=lambda b: ("low", "mid", "high").index(b) if b in ("low", "mid", "high") else 3)
     x = {b: i for i, b in enumerate(buckets)}
 
-    def line(by: dict, **style) -> None:
-        pts = [(x[b], 100 * v[metric]) for b, v in by.items() if v.get(metric) is not None]
-        pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", **style)
-
-    for run in runs:
-        by_system = run.metrics["breakdowns"][grouping]
-        line(by_system.get(run.metrics["reference"], {}), label=run.run_id)
     first = runs[0].metrics
     baselines = [s for s in first["systems"] if s != first["reference"]]
-    for system, style in zip(baselines, ("--", ":", "-.") * len(baselines), strict=False):
-        line(first["breakdowns"][grouping].get(system, {}), linestyle=style, color="gray", label=system)
+    n_series = len(runs) + len(baselines)
+
+    def line(i: int, by: dict, **style) -> None:
+        shift = (i - (n_series - 1) / 2) * DODGE
+        pts = sorted((x[b] + shift, 100 * v[metric]) for b, v in by.items() if v.get(metric) is not None)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], **series_style(i), **style)
+
+    for i, run in enumerate(runs):
+        by_system = run.metrics["breakdowns"][grouping]
+        line(i, by_system.get(run.metrics["reference"], {}), label=run.run_id)
+    for j, system in enumerate(baselines):
+        line(len(runs) + j, first["breakdowns"][grouping].get(system, {}), linestyle="--", label=f"{system} (dashed)")
     n = {b: v.get("n") for b, v in first["breakdowns"][grouping].get(first["reference"], {}).items()}
     ax.set_xticks(list(x.values()), [f"{b}\n(n={n[b]})" if n.get(b) else str(b) for b in buckets])
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))

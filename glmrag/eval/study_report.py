@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from glmrag.config_path import BOOKKEEPING_KEYS
 from glmrag.eval.report import _cell, _label
 from glmrag.eval.significance import Interval
 from glmrag.eval.store import StoredRun
@@ -80,11 +81,15 @@ def _varies_within_a_family(runs: Sequence[StoredRun], key: str, recorded_only: 
     return any(len(values) > 1 for values in families.values())
 
 
+def _bookkeeping(key: str) -> bool:
+    return key.replace("/", ".").split(".")[0].lstrip("@") in BOOKKEEPING_KEYS
+
+
 def swept_keys(runs: Sequence[StoredRun]) -> list[str]:
     """What the study varies within a system family: the swept overrides (and the test set), else the
     one numeric setting that varies (e.g. ``model.max_triplets`` when each budget is its own system)."""
     keys = list(dict.fromkeys(k for run in runs for k in overrides(run)))
-    keys = [k for k in keys if k.split("/")[0] not in SYSTEM_KEYS] + ["eval_data"]
+    keys = [k for k in keys if k.split("/")[0] not in SYSTEM_KEYS and not _bookkeeping(k)] + ["eval_data"]
     found = [k for k in keys if _varies_within_a_family(runs, k)]
     if found:
         return found
@@ -208,7 +213,7 @@ def format_study_markdown(runs: Sequence[StoredRun], title: str) -> str:
         "Markers on a baseline row compare it with its run's trained system (ref) on the same questions "
         "(paired bootstrap, Holm-Bonferroni, GLM-RAG App. H): \\*/\\*\\*/\\*\\*\\* = the trained system is "
         "significantly better (p < .05/.01/.001), † = significantly worse. Runs are not tested against each other."
-        + ("  \nms/q: wall time of the evaluator's retrieve() per question, loading included." if timed else ""),
+        + ("  \nms/q: a warm retrieve() per question, one-off setup apart (glmrag/eval/timing.py)." if timed else ""),
     ]
     if len(cells) < sum(1 for r in rows if r.reference):
         lines.append("Some cells were run more than once: the paper tables show the last run (by folder name).")

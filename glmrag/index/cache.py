@@ -12,6 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 
 import hydra
@@ -83,12 +84,13 @@ def make_extractor(
     raise ValueError(f"unknown index.extractor {kind!r}; expected 'openie', 'spacy' or 'llm'")
 
 
-def index_settings(cfg: DictConfig) -> IndexSettings:
-    return IndexSettings(
-        synonym_threshold=cfg.synonym_threshold,
-        synonym_top_k=cfg.synonym_top_k,
-        embed_model=cfg.embed_model,
-    )
+def index_settings(cfg: DictConfig | Mapping) -> IndexSettings:
+    """The :class:`IndexSettings` of an index config: every field the config sets, the defaults for the rest."""
+    return IndexSettings(**{f.name: cfg[f.name] for f in fields(IndexSettings) if f.name in cfg})
+
+
+_READY: set[Path] = set()
+"""Index folders already reported ready in this process (the job and its DataModules share an index)."""
 
 
 def get_index(dataset: Dataset, cfg: DictConfig) -> KGIndex:
@@ -111,5 +113,7 @@ def get_index(dataset: Dataset, cfg: DictConfig) -> KGIndex:
     index = load_or_build(
         folder, dataset.corpus, dataset.qa, extractor, embedder, settings, rebuild=True if cfg.rebuild else None
     )
-    log.info("index %s ready in %.1fs: %s", folder, time.perf_counter() - start, index.manifest.get("counts"))
+    level = logging.DEBUG if folder in _READY else logging.INFO
+    _READY.add(folder)
+    log.log(level, "index %s ready in %.1fs: %s", folder, time.perf_counter() - start, index.manifest.get("counts"))
     return index

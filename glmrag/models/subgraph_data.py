@@ -72,6 +72,7 @@ from glmrag.models.datamodule import (
     default_inputs_cache_dir,
 )
 from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record, record_schema
+from glmrag.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ def write_split(folder: str | Path, records: Iterable[Mapping[str, Any]], shard_
         buffer.clear()
 
     try:
-        for record in records:
+        for record in progress(records, f"subgraph shards ({Path(folder).name})", unit="question"):
             buffer.append(record)
             stats["without_nodes"] += len(record["entity_of_node"]) == 0
             stats["without_target_nodes"] += len(record["target_nodes"]) == 0

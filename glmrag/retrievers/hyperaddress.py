@@ -58,6 +58,7 @@ from glmrag.index.embed import DEFAULT_MODEL, Embedder
 from glmrag.index.kg import KGIndex
 from glmrag.io import load_cached_array, write_cache_array
 from glmrag.llm.base import Usage
+from glmrag.progress import progress
 from glmrag.retrievers.base import Ranking
 from glmrag.retrievers.entity_ranking import make_rankings, top_k_stable
 from glmrag.retrievers.llm_descriptions import USAGE_TAG as DESCRIPTIONS_TAG
@@ -317,7 +318,7 @@ class HyperAddressRetriever:
         hyper = self.prepare(index, corpus)
         self._cost = {q.id: Usage() for q in questions}
         rankings: list[Ranking] = []
-        for start in range(0, len(questions), self.batch_size):
+        for start in progress(range(0, len(questions), self.batch_size), self.name, unit="batch"):
             batch = questions[start : start + self.batch_size]
             x_p, x_e = self.scores(batch, hyper, corpus)
             positions, values = top_k_stable(x_p, top_k)

@@ -134,7 +134,10 @@ def test_wrong_record_type(tmp_path):
 def test_empty_corpus(tmp_path):
     corpus = write(tmp_path, "musique_train_corpus.json", [])
     msg = message(lambda: load_hipporag(write(tmp_path, "q.json", [musique_q()]), corpus))
-    assert msg == f"{corpus}: top level: is an empty list; expected a JSON list of {{title, text}} passages"
+    assert msg == (
+        f"{corpus}: top level: is an empty list; "
+        "expected a JSON list of {title, text} passages, or an object {title: text or [sentence, ...]}"
+    )
 
 
 def test_gfmrag_empty_corpus_object(tmp_path):

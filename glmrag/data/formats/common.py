@@ -75,7 +75,7 @@ def read_json(path: PathLike) -> Any:
             str(path),
             f"line {e.lineno}, column {e.colno}",
             f"is not valid JSON ({e.msg})",
-            "one JSON document (for one record per line, name the file *.jsonl)",
+            "one JSON document, or JSON Lines (one JSON object per line)",
         ) from None
 
 
@@ -110,6 +110,25 @@ def checked_json(text: str, path: PathLike, first_line: int = 1) -> Any:
     return value
 
 
+def read_json_or_lines(path: PathLike) -> Any:
+    """The JSON document in ``path``, or the list of its records when it is JSON Lines.
+
+    Recognised by content, not by name: published benchmark slices often save JSON
+    Lines under a ``.json`` name. A file is JSON Lines when it does not parse as one
+    document but every non-blank line parses as one JSON object.
+    """
+    name = Path(path).name.removesuffix(".xz")
+    if name.endswith(".jsonl"):
+        return read_jsonl(path)
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        if e.msg != "Extra data":
+            return read_json(path)  # raises the error that names line and column
+    return read_jsonl(path)
+
+
 def read_jsonl(path: PathLike) -> list[Any]:
     """One parsed JSON value per non-blank line of ``path``."""
     records = []
@@ -128,11 +147,14 @@ def read_jsonl(path: PathLike) -> list[Any]:
 
 
 def read_records(path: PathLike, expected: str) -> list[Any]:
-    """The records of a question file: a JSON list, or JSON Lines when the name ends in ``.jsonl``."""
-    name = Path(path).name.removesuffix(".xz")
-    if name.endswith(".jsonl"):
-        return read_jsonl(path)
-    return require_list(read_json(path), path, expected)
+    """The records of a question file: a JSON list, or JSON Lines (recognised by content).
+
+    A file holding one question object (it has a ``question`` key) is JSON Lines with one record.
+    """
+    data = read_json_or_lines(path)
+    if isinstance(data, dict) and "question" in data:
+        data = [data]
+    return require_list(data, path, expected)
 
 
 def require_list(data: Any, path: PathLike, expected: str) -> list[Any]:
@@ -209,6 +231,16 @@ def answers_of(rec: Record, required: bool = True) -> tuple[str, ...]:
     return tuple(dict.fromkeys(answers))
 
 
+def question_records(path: PathLike, record: str, id_keys: tuple[str, ...] = ("id", "_id")):
+    """Yield ``(rec, id, question)`` for each record of a question file, ids checked unique, questions non-empty."""
+    ids = QuestionIds()
+    for i, raw in enumerate(read_records(path, f"question objects {record}")):
+        rec = Record(raw, path, f"question {i}", f"a question object {record}")
+        qid = rec.with_id(id_keys)
+        ids.check(qid, rec)
+        yield rec, qid, rec.text("question", "a non-empty question string")
+
+
 class QuestionIds:
     """Rejects a question id seen before, naming both records."""
 
@@ -273,11 +305,48 @@ class CorpusBuilder:
         return Corpus(list(self._passages.values()))
 
 
+def join_sentences(sentences: list[str]) -> str:
+    """One paragraph from its sentences: one space between two sentences unless the next begins with one.
+
+    HotpotQA keeps each sentence's leading space, so this restores its paragraph;
+    2WikiMultihopQA's and older HippoRAG corpora's sentences have none.
+    """
+    parts = []
+    for i, s in enumerate(sentences):
+        parts.append(s if i == 0 or s[:1].isspace() else " " + s)
+    return "".join(parts)
+
+
+_CORPUS = "{title, text} passages, or an object {title: text or [sentence, ...]}"
+
+
+def _passage_text(value: Any, path: PathLike, where: str) -> str:
+    """A passage's text: a string, or a list of sentence strings joined by :func:`join_sentences`."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(s, str) for s in value):
+        return join_sentences(value)
+    raise DataFormatError(str(path), where, f"has a text that is {json_type(value)}", "a string or a list of sentences")
+
+
 def read_title_text_corpus(path: PathLike, builder: CorpusBuilder, data: Any = None) -> None:
-    """Add every passage of a ``[{title, text}]`` corpus file (or its parsed ``data``) to ``builder``."""
-    data = read_json(path) if data is None else data
-    for i, raw in enumerate(require_list(data, path, "{title, text} passages")):
+    """Add every passage of a corpus file (or its parsed ``data``) to ``builder``.
+
+    Accepted shapes: a list (JSON or JSON Lines) of ``{title, text}`` (or
+    ``paragraph_text`` / ``sentences``), and an object ``{title: text}`` or
+    ``{title: [sentence, ...]}`` (older HippoRAG releases). Lists of sentences are
+    joined by :func:`join_sentences`.
+    """
+    data = read_json_or_lines(path) if data is None else data
+    if isinstance(data, dict):
+        if not data:
+            raise DataFormatError(str(path), "corpus", "has no passages", _CORPUS)
+        for title, value in data.items():
+            where = f"passage {title!r}"
+            builder.add(title, _passage_text(value, path, where), path, where)
+        return
+    for i, raw in enumerate(require_list(data, path, _CORPUS)):
         rec = Record(raw, path, f"passage {i}", "a {title, text} passage")
         title = rec.get("title", str, "a title string")
-        text = rec.get(("text", "paragraph_text"), str, "a text string")
-        builder.add(title, text, path, rec.label)
+        value = rec.get(("text", "paragraph_text", "sentences"), str | list, "a text string or a list of sentences")
+        builder.add(title, _passage_text(value, path, rec.label), path, rec.label)

@@ -26,6 +26,9 @@ Conventions, each chosen to reproduce a published corpus:
   score zero recall for any retriever.
 * A sentence index past the end of its paragraph is counted
   (``supporting_sentence_out_of_range``); only titles matter for passage gold.
+* A record without ``supporting_facts`` (and ``answer``), as in the official unlabelled
+  test files, is kept with no gold (counted as ``question_without_gold``): it is ranked,
+  and the evaluator leaves it out of the retrieval metrics.
 * ``hops`` = number of distinct supporting titles; ``type`` = the record's ``type``.
 """
 
@@ -33,20 +36,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from glmrag.data.formats.common import CorpusBuilder, PathLike, QuestionIds, Record, answers_of, read_records
+from glmrag.data.formats.common import (
+    CorpusBuilder,
+    PathLike,
+    QuestionIds,
+    Record,
+    answers_of,
+    join_sentences,
+    read_records,
+)
 from glmrag.data.types import Dataset, IngestReport, QASet, Question
 
 _RECORD = "a question object {_id, question, answer, context, supporting_facts}"
 _CONTEXT = "a list of [title, [sentence, ...]] pairs"
 _FACTS = "a non-empty list of [title, sentence_index] pairs"
-
-
-def join_sentences(sentences: list[str]) -> str:
-    """One paragraph from its sentences (see the module docstring for the rule)."""
-    parts = []
-    for i, s in enumerate(sentences):
-        parts.append(s if i == 0 or s[:1].isspace() else " " + s)
-    return "".join(parts)
 
 
 def load_hotpotqa(path: PathLike, name: str | None = None) -> Dataset:
@@ -70,7 +73,7 @@ def _load_contexts(path: PathLike, name: str | None) -> Dataset:
         qid = rec.with_id(("_id", "id"))
         ids.check(qid, rec)
         question = rec.text("question", "a non-empty question string")
-        answers = answers_of(rec)
+        answers = answers_of(rec, required=False)  # official test files carry no answer
         context = _read_context(rec, builder)
         facts = _read_facts(rec)
         parsed.append((rec, qid, question, answers, context, facts))
@@ -87,7 +90,7 @@ def _load_contexts(path: PathLike, name: str | None) -> Dataset:
                 question,
                 answers,
                 tuple(gold),
-                hops=len(gold),
+                hops=len(gold) or None,
                 type=rec.get("type", str, "type as a string", required=False),
             )
         )
@@ -109,8 +112,11 @@ def _read_context(rec: Record, builder: CorpusBuilder) -> dict[str, tuple[str, i
     return out
 
 
-def _read_facts(rec: Record) -> list[tuple[str, int]]:
-    facts = rec.get("supporting_facts", list, _FACTS)
+def _read_facts(rec: Record) -> list[tuple[str, int]] | None:
+    """The record's ``[title, sentence_index]`` pairs; ``None`` when it has none (an unlabelled test file)."""
+    facts = rec.get("supporting_facts", list, _FACTS, required=False)
+    if facts is None:
+        return None
     if not facts:
         raise rec.error("has an empty 'supporting_facts' list", _FACTS)
     out = []
@@ -125,11 +131,14 @@ def _read_facts(rec: Record) -> list[tuple[str, int]]:
 def _resolve(
     rec: Record,
     context: dict[str, tuple[str, int]],
-    facts: list[tuple[str, int]],
+    facts: list[tuple[str, int]] | None,
     titles: dict[str, str],
     report: IngestReport,
 ) -> list[str] | None:
     """Gold passage ids for one question, or ``None`` when it is dropped (see module docs)."""
+    if facts is None:
+        report.add("question_without_gold", rec.label)
+        return []
     gold: list[str] = []
     for title, sent in facts:
         if title in context:

@@ -22,15 +22,13 @@ from glmrag.data.formats.common import (
     QuestionIds,
     Record,
     answers_of,
-    json_type,
-    read_json,
-    read_records,
+    question_records,
     read_title_text_corpus,
 )
-from glmrag.data.types import DataFormatError, Dataset, IngestReport, QASet, Question
+from glmrag.data.types import Dataset, IngestReport, QASet, Question
 
 GFMRAG_SPLITS = ("train", "test")
-_RECORD = "a question object {id, question, answer, supporting_facts}"
+_RECORD = "{id, question, answer, supporting_facts}"
 _FACTS = "a non-empty list of corpus titles (strings or [title, sentence_index] pairs)"
 
 
@@ -38,7 +36,8 @@ def load_gfmrag(folder: PathLike, split: str | None = None, name: str | None = N
     """A dataset from a GFM-RAG folder; ``split`` picks ``train.json`` or ``test.json`` (None: both present).
 
     Promises: the corpus is ``dataset_corpus.json`` in file order; question ids are
-    unique across the files read; every question has at least one supporting
+    unique across the files read; ``dataset.splits`` names the file each question came from
+    (``train`` / ``test``); every question has at least one supporting
     title, each resolved to its corpus passage (else :class:`DataFormatError`).
     """
     raw = Path(folder) / "raw"
@@ -52,37 +51,23 @@ def load_gfmrag(folder: PathLike, split: str | None = None, name: str | None = N
     corpus_path = raw / "dataset_corpus.json"
     report = IngestReport(str(raw))
     builder = CorpusBuilder(report, titles_are_ids=True)
-    _read_corpus(corpus_path, builder)
+    read_title_text_corpus(corpus_path, builder)
     titles = builder.titles
     ids = QuestionIds()
     questions = []
+    splits: dict[str, str] = {}
     for path in present:
-        for i, data in enumerate(read_records(path, "question objects {id, question, supporting_facts}")):
-            rec = Record(data, path, f"question {i}", _RECORD)
-            qid = rec.with_id()
-            ids.check(qid, rec)
-            question = rec.text("question", "a non-empty question string")
+        for rec, qid, question in question_records(path, _RECORD):
+            ids.check(qid, rec)  # unique across the files too
             answers = answers_of(rec, required=False)
             gold = [_resolve(rec, title, titles, corpus_path) for title in _fact_titles(rec)]
             gold = list(dict.fromkeys(gold))
             qtype = rec.get("type", str, "type as a string", required=False)
             questions.append(Question(qid, question, answers, tuple(gold), hops=len(gold), type=qtype))
-    return Dataset(name or Path(folder).name, builder.build(corpus_path), QASet(questions), report)
-
-
-def _read_corpus(path: Path, builder: CorpusBuilder) -> None:
-    data = read_json(path)
-    if isinstance(data, list):
-        read_title_text_corpus(path, builder, data)
-        return
-    if not isinstance(data, dict):
-        raise DataFormatError(str(path), "top level", f"is {json_type(data)}", "an object {title: text}")
-    if not data:
-        raise DataFormatError(str(path), "corpus", "has no passages", "an object {title: text} with entries")
-    for title, text in data.items():
-        if not isinstance(text, str):
-            raise DataFormatError(str(path), f"passage {title!r}", "has a text that is not a string", "{title: text}")
-        builder.add(title, text, path, f"passage {title!r}")
+            splits[qid] = path.stem
+    ds = Dataset(name or Path(folder).name, builder.build(corpus_path), QASet(questions), report)
+    ds.splits = splits
+    return ds
 
 
 def _fact_titles(rec: Record) -> list[str]:

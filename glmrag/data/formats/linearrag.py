@@ -30,15 +30,14 @@ from pathlib import Path
 from glmrag.data.formats.common import (
     CorpusBuilder,
     PathLike,
-    QuestionIds,
     Record,
     answers_of,
-    read_records,
+    question_records,
     read_title_text_corpus,
 )
 from glmrag.data.types import Dataset, IngestReport, QASet, Question
 
-_RECORD = "a question object {id, question, answer, evidence}"
+_RECORD = "{id, question, answer, evidence}"
 _EVIDENCE = "a list of [head, relation, tail] string triples"
 _NON_ALNUM = re.compile(r"[\W_]+")
 
@@ -66,13 +65,8 @@ def load_linearrag(questions_path: PathLike, corpus_path: PathLike, name: str | 
     stats = dict.fromkeys(
         ("gold_full", "gold_partial", "gold_none", "heads", "heads_exact", "heads_normalised", "heads_unresolved"), 0
     )
-    ids = QuestionIds()
     questions = []
-    for i, raw in enumerate(read_records(questions_path, "question objects {id, question, answer, evidence}")):
-        rec = Record(raw, questions_path, f"question {i}", _RECORD)
-        qid = rec.with_id()
-        ids.check(qid, rec)
-        question = rec.text("question", "a non-empty question string")
+    for rec, qid, question in question_records(questions_path, _RECORD):
         answers = answers_of(rec)
         heads = _evidence_heads(rec)
         gold: list[str] = []

@@ -39,6 +39,7 @@ from glmrag.index.extractors.base import Extractor, PassageExtraction, Triple
 from glmrag.io import atomic_write_text
 from glmrag.llm.base import LLM, Generation, Message, UsageCounter
 from glmrag.llm.parse import parse_json
+from glmrag.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -243,13 +244,13 @@ class LLMOpenIEExtractor(Extractor):
         records = {p.id: self.cache.get(self._key(p)) for p in corpus}
         todo = [p for p in corpus if records[p.id] is None]
         self.count("passages_cached", len(corpus) - len(todo))
-        for start in range(0, len(todo), self.batch_size):
+        for start in progress(range(0, len(todo), self.batch_size), "LLM OpenIE", unit="batch"):
             batch = todo[start : start + self.batch_size]
             for p, record in zip(batch, self._generate(batch), strict=True):
                 self.cache.put(self._key(p), record)
                 records[p.id] = record
             self.count("passages_generated", len(batch))
-            log.info("llm openie: %d of %d passages generated", start + len(batch), len(todo))
+            log.debug("llm openie: %d of %d passages generated", start + len(batch), len(todo))
         return [self._parse(p, records[p.id]) for p in corpus]
 
     def _generate(self, batch: list[Passage]) -> list[dict]:

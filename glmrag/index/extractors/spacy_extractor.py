@@ -34,6 +34,7 @@ from spacy.tokens import Doc, Span, Token
 
 from glmrag.data.types import Corpus
 from glmrag.index.extractors.base import Extractor, PassageExtraction, Triple
+from glmrag.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,8 @@ class SpacyExtractor(Extractor):
         flat = (piece for parts in pieces for piece in parts)
         parsed = iter(nlp.pipe(flat, batch_size=self.batch_size, n_process=self.n_process))
         out = []
-        for parts, p in zip(pieces, corpus, strict=True):
+        passages = progress(zip(pieces, corpus, strict=True), "spaCy extraction", total=len(corpus), unit="passage")
+        for parts, p in passages:
             docs = [next(parsed) for _ in parts]
             doc = docs[0] if len(docs) == 1 else Doc.from_docs(docs, ensure_whitespace=True)
             out.append(self._extract_doc(doc, p.id, p.title))

@@ -33,6 +33,7 @@ from glmrag.data.types import Corpus, Question
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.llm.base import LLM, Usage
+from glmrag.progress import progress
 from glmrag.retrievers.base import Ranking
 from glmrag.retrievers.dense import DenseRetriever, passage_text
 from glmrag.retrievers.dtkg import settings as defaults
@@ -158,11 +159,13 @@ class DTKGRetriever:
         self.answers, self.results = {}, {}
         cosines = self.passage_cosines(questions, corpus) if questions else np.zeros((0, len(corpus)))
         rankings = []
-        for q, cosine in zip(questions, cosines, strict=True):
+        for q, cosine in progress(
+            zip(questions, cosines, strict=True), self.name, total=len(questions), unit="question"
+        ):
             result = self.answer(q, index)
             self.answers[q.id], self.results[q.id] = result.answer, result
             rankings.append(rank_passages(q.id, used_passages(index, result.triples), cosine, corpus, top_k))
-            log.info("%s %s: %s track, %d triples used", self.name, q.id, result.track, len(result.triples))
+            log.debug("%s %s: %s track, %d triples used", self.name, q.id, result.track, len(result.triples))
         after = self.llm.usage.by_question(self.name)
         self._cost = {q.id: after.get(q.id, Usage()).since(before.get(q.id)) for q in questions}
         return rankings

@@ -1,0 +1,216 @@
+"""The Python API: a dataset, its index, retrievers and a results table in four calls, no Hydra.
+
+>>> import glmrag
+>>> data = glmrag.load_data("toy")                              # or format="hotpotqa", questions="dev.json"
+>>> index = glmrag.build_index(data)                            # cached on disk, like eval.py's
+>>> table = glmrag.evaluate_systems(["dense", "ppr"], data, index)
+>>> print(table.to_markdown())
+>>> glmrag.retrieve(glmrag.get_retriever("ppr"), ["Who founded X?"], index, data)   # your own questions
+
+Each call is the one the evaluation job (:mod:`glmrag.pipeline`) makes: the same
+registry, index cache, retriever configs (``configs/retriever/<name>.yaml``) and
+evaluator, so a table here equals ``eval.py``'s on the same settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from glmrag.config_path import config_dir
+from glmrag.data.files import load_files, register_files
+from glmrag.data.registry import DATASETS, load_dataset
+from glmrag.data.types import Dataset, Question
+from glmrag.eval import EvalResult, evaluate, format_markdown
+from glmrag.eval.timing import timed_retrieve
+from glmrag.index.cache import get_index
+from glmrag.index.embed import Embedder
+from glmrag.index.kg import KGIndex
+from glmrag.io import cache_root
+from glmrag.retrievers.base import Ranking, Retriever
+
+__all__ = ["Table", "build_index", "evaluate_systems", "get_retriever", "load_data", "retrieve"]
+
+
+def load_data(
+    name: str = "musique100",
+    *,
+    format: str | None = None,
+    questions: str | Path | None = None,
+    corpus: str | Path | None = None,
+    openie: str | Path | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    root: str | None = None,
+) -> Dataset:
+    """A registered dataset (``"musique100"``, ``"toy"``, ``"2wiki_test"``, ...) or your own files.
+
+    With ``format`` (``hipporag``, ``musique``, ``hotpotqa``, ``2wiki``, ``linearrag``,
+    ``gfmrag``, ``plain``; paths as in :mod:`glmrag.data.files`) the files are read and
+    registered under ``name``, so the index cache and ``eval.py data.name=...`` know them.
+    ``split`` / ``limit`` select questions as :func:`glmrag.data.registry.load_dataset` does;
+    the corpus is always whole.
+    """
+    if format is not None:
+        if name == "musique100":
+            name = "files"
+        register_files(name, format, questions, corpus, openie)
+    return load_dataset(name, split=split, limit=limit, root=root)
+
+
+def build_index(
+    dataset: Dataset,
+    *,
+    extractor: str | None = None,
+    cache_dir: str | Path | None = None,
+    rebuild: bool = False,
+    **settings: Any,
+) -> KGIndex:
+    """The KG index of ``dataset``'s whole corpus, built once and cached on disk.
+
+    ``extractor``: ``openie`` (the dataset's OpenIE file), ``spacy`` (offline) or ``llm``;
+    default: ``openie`` when the dataset ships a file, else ``spacy``. ``settings`` override
+    ``configs/index/default.yaml`` (``embed_model``, ``synonym_threshold``, ...); an unknown
+    key is an error. The index covers every question of the dataset's registered files, so
+    the splits of one dataset share it.
+    """
+    defaults = OmegaConf.load(config_dir() / "index" / "default.yaml")
+    unknown = sorted(set(settings) - set(defaults))
+    if unknown:
+        raise TypeError(f"build_index got unknown settings {unknown}; known: {sorted(defaults)}")
+    node = OmegaConf.merge(
+        defaults,
+        {
+            "cache_dir": str(cache_dir or cache_root() / "indexes"),
+            "extractor": extractor or ("openie" if dataset.openie_path else "spacy"),
+            "rebuild": rebuild,
+        },
+        settings,
+    )
+    full = load_dataset(dataset.name) if dataset.name in DATASETS else dataset
+    return get_index(full, node)
+
+
+def get_retriever(name_or_checkpoint: str | Path, **kwargs: Any) -> Retriever:
+    """A retriever by config name (``dense``, ``ppr``, ``hyperaddress``, ... as in ``configs/retriever/``)
+    or from a checkpoint file written by ``train.py`` (a path ending in ``.ckpt``).
+
+    ``kwargs`` override the config's arguments (``get_retriever("ppr", damping=0.85)``).
+    """
+    target = str(name_or_checkpoint)
+    if target.endswith(".ckpt"):
+        node = OmegaConf.create(
+            {"_target_": "glmrag.retrievers.checkpoint.load_checkpoint_retriever", "ckpt_path": target} | kwargs
+        )
+    else:
+        path = config_dir() / "retriever" / f"{target}.yaml"
+        if not path.is_file():
+            known = sorted(p.stem for p in path.parent.glob("*.yaml"))
+            raise ValueError(f"no retriever config {target!r}; known: {', '.join(known)} (or a path to a .ckpt)")
+        node = OmegaConf.merge(OmegaConf.load(path)[target], kwargs)
+    retriever = hydra.utils.instantiate(node)
+    if not isinstance(retriever, Retriever):
+        raise TypeError(f"{target} built a {type(retriever).__name__}, which is not a glmrag Retriever")
+    return retriever
+
+
+def as_questions(questions: Sequence[str | Question] | Dataset) -> list[Question]:
+    """Question objects: a dataset's, or plain strings given ids ``q0``, ``q1``, ... and no gold."""
+    if isinstance(questions, Dataset):
+        return list(questions.qa)
+    return [q if isinstance(q, Question) else Question(f"q{i}", q, (), ()) for i, q in enumerate(questions)]
+
+
+def retrieve(
+    retriever: Retriever | str,
+    questions: Sequence[str | Question] | Dataset,
+    index: KGIndex,
+    dataset: Dataset,
+    top_k: int = 10,
+) -> list[Ranking]:
+    """The ``top_k`` passages for each question (strings, :class:`Question` objects, or a dataset's).
+
+    Look a passage up with ``dataset.corpus[dataset.corpus.position(pid)]``.
+    """
+    if isinstance(retriever, str):
+        retriever = get_retriever(retriever)
+    return retriever.retrieve(as_questions(questions), index, dataset.corpus, top_k=top_k)
+
+
+@dataclass
+class Table:
+    """The evaluator's result as a table: one row per system, metrics as fractions in ``[0, 1]``."""
+
+    result: EvalResult
+    """Everything the evaluator measured; ``result.settings`` holds ``setup_seconds`` and ``ms_per_question``."""
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """``{"system": name, metric: mean, ...}`` per system (metrics without gold left out)."""
+        return [{"system": s} | {m: iv.mean for m, iv in self.result.overall[s].items()} for s in self.result.systems]
+
+    def __getitem__(self, system: str) -> dict[str, float]:
+        return {m: iv.mean for m, iv in self.result.overall[system].items()}
+
+    def to_markdown(self) -> str:
+        """The Markdown report ``eval.py`` prints and writes as ``results.md``."""
+        return format_markdown(self.result)
+
+
+def evaluate_systems(
+    systems: Sequence[str] | Mapping[str, Retriever | str],
+    dataset: Dataset,
+    index: KGIndex | None = None,
+    *,
+    ks: Sequence[int] = (1, 2, 5, 10),
+    reference: str | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> Table:
+    """Rank ``dataset``'s questions with each system and evaluate them together (paired CIs and tests).
+
+    ``systems``: config names, or a mapping ``{label: retriever or config name}``. The
+    first system is the reference of the significance tests unless ``reference`` names one.
+    ``index`` defaults to :func:`build_index` of the dataset.
+    """
+    named = dict(systems) if isinstance(systems, Mapping) else {s: s for s in systems}
+    if not named:
+        raise ValueError("evaluate_systems needs at least one system")
+    index = build_index(dataset) if index is None else index
+    questions = list(dataset.qa)
+    rankings, setup, ms = {}, {}, {}
+    for label, system in named.items():
+        retriever = get_retriever(system) if isinstance(system, str) else system
+        rankings[label], setup[label], ms[label] = timed_retrieve(retriever, questions, index, dataset.corpus, max(ks))
+    embed_model = index.manifest.get("settings", {}).get("embed_model")
+    question_embeddings = None
+    if index.entity_embeddings is not None and embed_model:  # the entity-cosine analysis, as eval.py gives it
+        question_embeddings = Embedder(embed_model).encode([q.question for q in questions])
+    result = evaluate(
+        rankings,
+        questions,
+        index,
+        ks=tuple(ks),
+        reference=reference or next(iter(named)),
+        question_embeddings=question_embeddings,
+        n_boot=n_boot,
+        seed=seed,
+    )
+    result.settings |= {"ms_per_question": ms, "setup_seconds": setup}
+    return Table(result)
+
+
+def compose_config(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """The job config ``eval`` / ``train`` with command-line style ``overrides``, as the scripts compose it."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        return compose(config_name=config_name, overrides=list(overrides))
+
+
+__all__ += ["as_questions", "compose_config", "load_files"]

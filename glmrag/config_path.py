@@ -1,0 +1,71 @@
+"""Where the Hydra configs are: the source checkout's top-level ``configs/``, else the copy in the package.
+
+A source checkout (and an editable install) reads ``<repo>/configs``; a wheel carries the same
+files as ``glmrag/configs`` (copied at build time by ``setup.py``), which is used when the
+top-level folder is absent. ``$GLMRAG_CONFIG_DIR`` overrides both.
+
+It also registers the ``${glmrag_overrides:}`` resolver the configs name runs with, so that a
+command-line change (``model.hidden_channels=32``) shows in the run name and its folders.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+CONFIG_DIR_ENV = "GLMRAG_CONFIG_DIR"
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def config_dir() -> Path:
+    """The folder holding ``eval.yaml`` and ``train.yaml``; raises ``FileNotFoundError`` saying where it looked."""
+    candidates = [Path(os.environ[CONFIG_DIR_ENV])] if os.environ.get(CONFIG_DIR_ENV) else []
+    candidates += [_PACKAGE.parent / "configs", _PACKAGE / "configs"]
+    for folder in candidates:
+        if (folder / "eval.yaml").is_file():
+            return folder
+    raise FileNotFoundError(
+        f"no glmrag configs (eval.yaml) in {', '.join(map(str, candidates))}; reinstall glmrag "
+        f"or set {CONFIG_DIR_ENV} to a copy of the repository's configs/ folder"
+    )
+
+
+BOOKKEEPING_KEYS = ("logger", "output_dir", "results_dir", "checkpoint_dir", "study", "run_name", "hydra", "ckpt_path")
+"""Override keys that say where a run is written or logged (or resumed from), never what it measures."""
+NAMED_KEYS = ("experiment", "data", "data.name", "model_name", "eval_study", "trainer", "callbacks")
+"""Override keys (whole) a run name already shows (experiment, dataset) or that change no result (the device)."""
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]+")
+
+
+def override_key(override: str) -> str:
+    """The config key of a command-line override (``+model.x=1`` -> ``model.x``; ``logger@a=b`` -> ``logger``)."""
+    return override.partition("=")[0].lstrip("+~").split("@")[0]
+
+
+def run_suffix(overrides: list[str]) -> str:
+    """``-hidden_channels=32,max_epochs=3`` for the overrides that change what a run measures; ``""`` if none.
+
+    Each override is named by the last part of its key; a value is made folder-safe.
+    """
+    parts = []
+    for override in overrides:
+        key = override_key(override)
+        if key.replace("/", ".").split(".")[0] in BOOKKEEPING_KEYS or key in NAMED_KEYS or "=" not in override:
+            continue
+        value = override.partition("=")[2].strip("[]")
+        parts.append(_UNSAFE.sub("_", f"{key.split('.')[-1]}={value}"))
+    return "-" + ",".join(parts) if parts else ""
+
+
+def _overrides_suffix() -> str:
+    from hydra.core.hydra_config import HydraConfig
+
+    return run_suffix(list(HydraConfig.get().overrides.task)) if HydraConfig.initialized() else ""
+
+
+# configs/train.yaml and eval.yaml name a run ${model_name}-${data.name}${glmrag_overrides:}
+if not OmegaConf.has_resolver("glmrag_overrides"):
+    OmegaConf.register_new_resolver("glmrag_overrides", _overrides_suffix)

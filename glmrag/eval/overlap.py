@@ -1,0 +1,90 @@
+"""A checkpoint is scored on questions it did not train on, unless the user asks otherwise, loudly.
+
+A checkpoint written by ``train.py`` carries its DataModule's hyper-parameters
+(``datamodule_hyper_parameters``: ``datasets``, ``train_split``, ``val_split``,
+``test_split``). :func:`choose_split` reads them for every checkpoint retriever of an
+evaluation config:
+
+* ``data.split: null`` on a dataset a checkpoint trained on becomes the checkpoint's
+  ``test_split`` (the README's "evaluate a checkpoint" command scored all 100
+  MuSiQue-100 questions, 60 of them trained on: R@2 42.6 instead of 38.7 on test);
+* a ``data.split`` the checkpoint trained or selected on (``train_split`` /
+  ``val_split``) is refused, unless ``allow_train_overlap=true``: then the run goes on
+  and its table says, in a warning line, which system saw which questions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SEEN_SPLITS = ("train_split", "val_split")
+"""A checkpoint's splits it saw: trained on, and selected (early stopping, best checkpoint) on."""
+
+
+def checkpoint_data(ckpt_path: str | Path) -> dict[str, Any] | None:
+    """The DataModule hyper-parameters stored in a Lightning checkpoint; None when it has none."""
+    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+    return ckpt.get("datamodule_hyper_parameters")
+
+
+def _checkpoints(retrievers: Mapping[str, Any]) -> dict[str, str]:
+    """Retriever name -> checkpoint path, for the retriever configs that load one."""
+    return {name: str(node["ckpt_path"]) for name, node in retrievers.items() if node and node.get("ckpt_path")}
+
+
+def choose_split(
+    dataset: str, split: str | None, retrievers: Mapping[str, Any], allow_overlap: bool = False
+) -> tuple[str | None, dict[str, str]]:
+    """The split to evaluate on, and system -> the seen split it is evaluated on (empty unless allowed).
+
+    Raises ``ValueError`` (naming the checkpoint, its splits and the fix) when ``split`` is
+    one a checkpoint trained or selected on and ``allow_overlap`` is false, or when
+    ``split`` is None and two checkpoints disagree on their test split.
+    """
+    held_out: dict[str, str] = {}
+    overlap: dict[str, str] = {}
+    for name, path in _checkpoints(retrievers).items():
+        hp = checkpoint_data(path)
+        if not hp or dataset not in hp.get("datasets", []):
+            continue
+        seen = {hp.get(key) for key in SEEN_SPLITS} - {None}
+        if split is None:
+            held_out[name] = hp.get("test_split") or "test"
+        elif split in seen:
+            if not allow_overlap:
+                raise ValueError(
+                    f"retriever {name} ({path}) trained or selected on the {split!r} split of {dataset}; "
+                    f"scoring it there overstates it. Evaluate on its held-out split (data.split="
+                    f"{hp.get('test_split') or 'test'}), or pass allow_train_overlap=true to flag the table"
+                )
+            overlap[name] = split
+    if split is None and held_out:
+        splits = set(held_out.values())
+        if len(splits) > 1:
+            raise ValueError(f"the checkpoints hold out different splits {held_out}; set data.split to one")
+        split = splits.pop()
+        log.warning(
+            "data.split=null: evaluating on %r, the split %s did not train on (data.split=... to choose)",
+            split,
+            ", ".join(held_out),
+        )
+    for name, seen in overlap.items():
+        log.warning(
+            "%s is evaluated on its own %s split (allow_train_overlap=true): its scores are inflated", name, seen
+        )
+    return split, overlap
+
+
+def overlap_note(overlap: Mapping[str, str]) -> str | None:
+    """The warning line a report prints for systems evaluated on questions they trained on."""
+    if not overlap:
+        return None
+    parts = ", ".join(f"{name} on its {split} split" for name, split in overlap.items())
+    return f"**Warning: evaluated on questions it trained or selected on ({parts}); its scores are inflated.**"

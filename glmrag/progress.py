@@ -1,0 +1,65 @@
+"""Progress of the long stages: a bar on a terminal, one summary line in a log, nothing when quiet.
+
+``for x in progress(items, "spaCy extraction", unit="passage"): ...`` shows a tqdm bar when
+stderr is a terminal; otherwise (a log file, a batch job) it shows no bar and logs one INFO
+line when the stage ends: ``spaCy extraction: 1890 passages in 41.2 s (45.9 passage/s)``.
+``GLMRAG_QUIET=1`` (or :func:`set_quiet`) turns both off. :func:`quiet_third_party` lowers
+the INFO chatter of the libraries the jobs use to WARNING.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
+from tqdm.auto import tqdm
+
+log = logging.getLogger(__name__)
+
+QUIET_ENV = "GLMRAG_QUIET"
+THIRD_PARTY = ("httpx", "httpcore", "urllib3", "sentence_transformers", "transformers", "datasets", "filelock")
+"""Loggers whose INFO lines (a request per call, a model load) drown the jobs' own."""
+
+T = TypeVar("T")
+_quiet: bool | None = None
+
+
+def set_quiet(quiet: bool = True) -> None:
+    """No bars and no stage lines from now on (``quiet=False``: back to ``$GLMRAG_QUIET``)."""
+    global _quiet
+    _quiet = quiet or None
+
+
+def is_quiet() -> bool:
+    return bool(_quiet) or os.environ.get(QUIET_ENV, "") not in ("", "0", "false")
+
+
+def progress(items: Iterable[T], stage: str, total: int | None = None, unit: str = "item") -> Iterator[T]:
+    """Yield ``items``, showing the stage's progress (see the module docstring)."""
+    if total is None and hasattr(items, "__len__"):
+        total = len(items)  # type: ignore[arg-type]
+    quiet = is_quiet()
+    bar = not quiet and sys.stderr.isatty()
+    start, n = time.perf_counter(), 0
+    for item in tqdm(items, desc=stage, total=total, unit=unit, disable=not bar, leave=False):
+        n += 1
+        yield item
+    if not quiet:
+        log.info("%s", stage_line(stage, n, unit, time.perf_counter() - start))
+
+
+def stage_line(stage: str, count: int, unit: str, seconds: float) -> str:
+    """``stage: 1890 passages in 41.2 s (45.9 passage/s)``."""
+    units = unit if count == 1 else f"{unit}s"
+    rate = f" ({count / seconds:.1f} {unit}/s)" if seconds > 0 else ""
+    return f"{stage}: {count} {units} in {seconds:.1f} s{rate}"
+
+
+def quiet_third_party(level: int = logging.WARNING) -> None:
+    """Set the loggers of :data:`THIRD_PARTY` to ``level``."""
+    for name in THIRD_PARTY:
+        logging.getLogger(name).setLevel(level)

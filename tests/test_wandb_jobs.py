@@ -1,0 +1,74 @@
+"""wandb in training jobs, offline: one run per job, WANDB_MODE honoured, tables and the best checkpoint kept."""
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from glmrag.training import resolve_wandb_mode, run_train
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["model.hidden_channels=8", "model.num_layers=1", "data.limit=8", "logger=[wandb]", "n_boot=50"]
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """No wandb credentials and no WANDB_MODE: the logger's ``auto`` mode resolves to offline."""
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+def job(tmp_path: Path, name: str, overrides: list[str]) -> dict:
+    paths = [f"output_dir={tmp_path / name}", f"checkpoint_dir={tmp_path / name / 'ckpt'}"]
+    paths.append(f"results_dir={tmp_path / 'res'}")
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=[*TINY, *paths, *overrides])
+    return run_train(cfg)
+
+
+def run_ids(folder: Path) -> list[str]:
+    """Ids of the offline wandb runs written under ``folder`` (``offline-run-<time>-<id>``)."""
+    return sorted(p.name.rsplit("-", 1)[1] for p in folder.glob("wandb/offline-run-*"))
+
+
+def test_each_job_in_one_process_logs_its_own_run_with_tables_and_checkpoint(glmrag_cache, tmp_path, offline):
+    first = job(tmp_path, "a", ["experiment=demo", "trainer.max_epochs=1", "retriever@baselines=[ppr]"])
+    job(tmp_path, "b", ["experiment=demo", "+trainer.fast_dev_run=true"])  # jobs 2..N of a multirun
+    (a,), (b,) = run_ids(tmp_path / "a"), run_ids(tmp_path / "b")
+    assert a != b
+
+    files = next((tmp_path / "a" / "wandb").glob("offline-run-*")) / "files"
+    best = Path(first["best_checkpoint"])
+    assert (files / "checkpoints" / best.name).read_bytes() == best.read_bytes()  # offline: a copy in the run
+    table = json.loads(next(files.glob("media/table/eval/table_*.table.json")).read_text())
+    assert table["columns"][:3] == ["system", "reference", "recall@1"]
+    assert [row[0] for row in table["data"]] == ["gfm_rag_plus_demo-musique100", "ppr"]
+    rankings = json.loads(next(files.glob("media/table/eval/rankings_*.table.json")).read_text())
+    n_test = len(first["eval"].question_ids)
+    assert len(rankings["data"]) == 2 * n_test and rankings["columns"][:3] == ["system", "question_id", "top_passages"]
+
+
+def test_fine_tuning_after_kg_completion_pretraining_logs_its_own_run(glmrag_cache, tmp_path, offline):
+    job(tmp_path, "g", ["experiment=gfm_rag", "+trainer.fast_dev_run=true", "evaluate=false"])
+    (pre,), (fine,) = run_ids(tmp_path / "g" / "pretrain"), run_ids(tmp_path / "g")
+    assert pre != fine
+
+
+def test_wandb_mode_environment_is_honoured(monkeypatch, offline):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert resolve_wandb_mode("auto") == "disabled"
+    monkeypatch.setenv("WANDB_MODE", "dryrun")  # wandb's old name for offline
+    assert resolve_wandb_mode("auto") == "offline"
+    assert resolve_wandb_mode("online") == "online"  # a mode written in the config is kept
+    monkeypatch.setenv("WANDB_MODE", "sometimes")
+    with pytest.raises(ValueError, match="got 'sometimes'"):
+        resolve_wandb_mode("auto")
+
+
+def test_a_disabled_run_writes_no_wandb_files(glmrag_cache, tmp_path, offline, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    job(tmp_path, "d", ["experiment=demo", "+trainer.fast_dev_run=true"])
+    assert not list((tmp_path / "d").rglob("offline-run-*")) and not list((tmp_path / "d").rglob("run-*"))
