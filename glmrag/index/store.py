@@ -164,6 +164,11 @@ BASE_FILES = frozenset(
 """Files every index holds (see the layout above); ``entity_embeddings.npy`` too when it has an embed_model."""
 
 
+SAVED_ONLY_KEYS = ("files", "embeddings")
+"""Manifest keys that only a saved index carries (written by :func:`save_index`), so a freshly built index and
+the same index loaded back differ only in them: leave them out of anything keyed on the manifest."""
+
+
 def required_files(manifest: dict) -> set[str]:
     """The files an index with this manifest must list: all of them, so a dropped entry is never loaded as absent.
 

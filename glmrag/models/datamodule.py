@@ -51,6 +51,7 @@ from glmrag.data.types import Question
 from glmrag.index.cache import get_index
 from glmrag.index.embed import DEFAULT_MODEL, Embedder
 from glmrag.index.kg import KGIndex
+from glmrag.index.store import SAVED_ONLY_KEYS
 from glmrag.io import atomic_write_bytes, cache_root
 from glmrag.nn.graph_inputs import GraphInputs, graph_inputs, seed_weights
 
@@ -98,7 +99,8 @@ def cached_graph_inputs(
     records what built it and when), the embedding model and ``node_features``,
     so a rebuilt index never reads stale inputs.
     """
-    key = _key(index.manifest, embed_model, node_features)
+    manifest = {k: v for k, v in index.manifest.items() if k not in SAVED_ONLY_KEYS}  # built == loaded back
+    key = _key(manifest, embed_model, node_features)
     path = Path(cache_dir) / f"graph-{key}.pt" if cache_dir else None
 
     def compute() -> dict[str, Any]:

@@ -28,6 +28,7 @@ question text, position mode and conflict rule, question EOS): the DataModule mu
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -62,6 +63,12 @@ SUBGRAPH_FIELDS = (
     "question_eos",
 )
 """Hyper-parameters the DataModule must share with the module."""
+
+log = logging.getLogger(__name__)
+
+RULES_BEFORE_REFERENCE = {"position_conflict": "nearest", "question_eos": False, "bucket_lr": "head"}
+"""What checkpoints saved before these three hyper-parameters existed were trained with: read such a
+checkpoint with today's defaults and its positions, question tokens and bucket groups silently change."""
 
 
 class GLMRetrieverModule(RetrieverModule):
@@ -154,6 +161,15 @@ class GLMRetrieverModule(RetrieverModule):
         self.loss_fn = functools.partial(
             gfm_rag_loss, bce_weight=bce_weight, listce_weight=listce_weight, temperature=temperature
         )
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Give a checkpoint from before ``position_conflict`` / ``question_eos`` / ``bucket_lr`` the rules
+        it was trained with (:data:`RULES_BEFORE_REFERENCE`), not today's reference defaults."""
+        saved = checkpoint.get("hyper_parameters", {})
+        missing = {key: value for key, value in RULES_BEFORE_REFERENCE.items() if key not in saved}
+        if missing:
+            log.warning("checkpoint predates %s: read with the rules it was trained with, %s", sorted(missing), missing)
+            self.hparams.update(missing)
 
     def setup(self, stage: str) -> None:
         """Check that the DataModule builds the subgraphs this module expects."""

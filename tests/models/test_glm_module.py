@@ -110,6 +110,21 @@ def test_load_from_checkpoint_gives_the_same_logits(fitted, tmp_path):
         torch.testing.assert_close(loaded(inputs), fitted.model.eval()(inputs))
 
 
+def test_a_checkpoint_from_before_the_reference_rules_keeps_the_rules_it_was_trained_with(fitted, tmp_path):
+    path = tmp_path / "old.ckpt"
+    fitted.trainer.save_checkpoint(path)
+    checkpoint = torch.load(path, weights_only=False)
+    for key in ("position_conflict", "question_eos", "bucket_lr"):
+        del checkpoint["hyper_parameters"][key]
+    torch.save(checkpoint, path)
+    loaded = GLMRetrieverModule.load_from_checkpoint(path)
+    assert loaded.hparams.position_conflict == "nearest"
+    assert loaded.hparams.question_eos is False
+    assert loaded.hparams.bucket_lr == "head"
+    fitted.trainer.save_checkpoint(tmp_path / "new.ckpt")
+    assert GLMRetrieverModule.load_from_checkpoint(tmp_path / "new.ckpt").hparams.position_conflict == "last"
+
+
 def test_datamodule_with_other_subgraphs_is_refused(index_config, cpu_trainer, cache, tmp_path):
     dm = make_dm(index_config, cache, max_triplets=30)
     trainer = cpu_trainer(max_epochs=1, default_root_dir=tmp_path)
