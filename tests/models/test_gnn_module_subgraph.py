@@ -237,7 +237,7 @@ def test_table_3_systems_restrict_both_families_alike():
     assert systems == ["gfm_rag_star", *(f"gfm_rag_star_t{t}" for t in BUDGETS), *(f"glm_t{t}" for t in BUDGETS)]
 
 
-@pytest.mark.slow  # builds the musique100 index and its GNN inputs first (minutes on two busy cores)
+@pytest.mark.integration  # builds the musique100 index and its GNN inputs first (minutes on two busy cores)
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_restricted_systems_run_fast_dev_run(budget, glmrag_cache, tmp_path):
     from glmrag.training import run_train

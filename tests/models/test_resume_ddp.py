@@ -18,7 +18,10 @@ from glmrag.models.gnn_module import GNNRetrieverModule
 
 LIMIT = 8  # musique100: 8 training questions (2 global batches of 4), 8 validation questions
 
-pytestmark = pytest.mark.usefixtures("glmrag_cache")  # GLMRAG_CACHE_DIR set for the whole module
+pytestmark = [
+    pytest.mark.usefixtures("glmrag_cache"),  # GLMRAG_CACHE_DIR set for the whole module
+    pytest.mark.integration,  # trains on musique100: its full index with entity embeddings takes minutes
+]
 
 
 @pytest.fixture
