@@ -48,7 +48,7 @@ def glmrag_cache(tmp_path_factory):
 TINY_MUSIQUE = "musique_tiny"
 TINY_QUESTIONS = 16
 """musique_tiny: the first 16 musique100 questions (splits of 10 / 3 / 3), their supporting paragraphs and
-the first distractor of each, about 50 passages; the index reads musique100's own OpenIE file."""
+the first distractor of each: 57 passages; the index reads musique100's own OpenIE file."""
 
 
 @pytest.fixture(scope="session")
