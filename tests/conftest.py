@@ -1,8 +1,23 @@
-"""Fixtures shared by all test folders."""
+"""Fixtures shared by all test folders, and the marker rule of the quick default run.
+
+The default run, ``python -m pytest -m "not slow" -q`` (README, ``.ci/run``), takes minutes: a test marked
+``llm`` (a real SmolLM2) or ``integration`` (musique100-scale jobs) is also ``slow``, so that command leaves it
+out; ``-m llm`` or ``-m integration`` selects it. ``.ci/run`` runs those as later steps.
+"""
 
 import pytest
 
 from glmrag.index.synthetic import build_kg, random_kg
+
+IMPLIES_SLOW = ("llm", "integration")
+"""Markers whose tests count as ``slow`` in ``-m`` expressions (see the module docstring)."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection reads the markers
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if any(item.get_closest_marker(name) for name in IMPLIES_SLOW) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture
@@ -28,6 +43,59 @@ def glmrag_cache(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GLMRAG_CACHE_DIR", str(path))
         yield path
+
+
+TINY_MUSIQUE = "musique_tiny"
+TINY_QUESTIONS = 16
+"""musique_tiny: the first 16 musique100 questions (splits of 10 / 3 / 3), their supporting paragraphs and
+the first distractor of each: 57 passages; the index reads musique100's own OpenIE file."""
+
+
+@pytest.fixture(scope="session")
+def tiny_musique_files(tmp_path_factory):
+    """``(questions, corpus)`` paths of musique_tiny in HippoRAG's format, written once per test session."""
+    import json
+
+    from glmrag.data.embedded_files import embedded_path
+    from glmrag.data.formats.common import read_json
+    from glmrag.data.types import Passage
+
+    questions = read_json(embedded_path("musique_train.json"))[:TINY_QUESTIONS]
+    wanted = set()
+    for q in questions:
+        distractors = [p for p in q["paragraphs"] if not p["is_supporting"]][:1]
+        wanted |= {(p["title"], p["paragraph_text"]) for p in q["paragraphs"] if p["is_supporting"]}
+        wanted |= {(p["title"], p["paragraph_text"]) for p in distractors}
+    wanted_ids = {Passage.make(title, text).id for title, text in wanted}
+    corpus = [p for p in read_json(embedded_path("musique_train_corpus.json")) if Passage.make(**p).id in wanted_ids]
+    folder = tmp_path_factory.mktemp(TINY_MUSIQUE)
+    (folder / "questions.json").write_text(json.dumps(questions))
+    (folder / "corpus.json").write_text(json.dumps(corpus))
+    return folder / "questions.json", folder / "corpus.json"
+
+
+@pytest.fixture(scope="module")
+def tiny_musique(tiny_musique_files):
+    """The name ``musique_tiny``, registered with :func:`glmrag.data.registry.load_dataset` while the module runs.
+
+    A few dozen real MuSiQue passages with their HippoRAG OpenIE triples: DataModules and jobs in this
+    process load it by name like musique100, and its index (over :func:`glmrag_cache`) builds in seconds
+    where musique100's takes minutes. Subprocesses do not see the name.
+    """
+    from glmrag.data.embedded_files import materialize
+    from glmrag.data.formats.paragraphs import load_hipporag
+    from glmrag.data.registry import DATASETS, OPENIE_MUSIQUE, DatasetSpec
+
+    def build(_):
+        ds = load_hipporag(*tiny_musique_files, TINY_MUSIQUE)
+        ds.openie_path = str(materialize(OPENIE_MUSIQUE))  # docs of passages outside the corpus are skipped
+        return ds
+
+    about = f"the first {TINY_QUESTIONS} musique100 questions, their supporting passages and one distractor each"
+    spec = DatasetSpec(TINY_MUSIQUE, about, tuple(map(str, tiny_musique_files)), build, embedded=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(DATASETS, TINY_MUSIQUE, spec)
+        yield TINY_MUSIQUE
 
 
 @pytest.fixture(scope="module")

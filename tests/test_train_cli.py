@@ -58,6 +58,7 @@ def test_experiments_exist():
     )
 
 
+@pytest.mark.integration  # trains on musique100 (its full index and GNN inputs)
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_experiment_runs_fast_dev_run(experiment, glmrag_cache, tmp_path):
     run = first_run(experiment)
@@ -81,6 +82,7 @@ def test_experiment_values_reach_the_model():
     assert _compose(["output_dir=x"]).datamodule.task == "qa"
 
 
+@pytest.mark.integration  # trains on musique100 (its full index and GNN inputs)
 def test_main_job_trains_tests_and_evaluates_against_ppr(glmrag_cache, tmp_path):
     overrides = ["experiment=demo", "model.hidden_channels=16", "trainer.max_epochs=2", "retriever@baselines=[ppr]"]
     cfg = _compose([*overrides, "logger=[csv]", "n_boot=200", *_paths(tmp_path)])
@@ -109,6 +111,7 @@ def test_main_job_trains_tests_and_evaluates_against_ppr(glmrag_cache, tmp_path)
     assert OmegaConf.load(out["stored"][0] / "config.yaml").model.hidden_channels == 16
 
 
+@pytest.mark.integration  # trains on musique100 (its full index and GNN inputs)
 def test_glm_trains_tests_and_evaluates_like_the_gnn(glmrag_cache, tmp_path):
     overrides = ["experiment=glm_demo", "trainer.max_epochs=1", "retriever@baselines=[ppr]", "data.limit=12"]
     cfg = _compose([*overrides, "model.max_triplets=40", "logger=[csv]", "n_boot=100", *_paths(tmp_path)])
@@ -149,6 +152,7 @@ def test_glm_sweeps_vary_existing_model_settings_and_name_each_run(sweep):
             assert first in named.run_name
 
 
+@pytest.mark.integration  # trains on musique100 (its full index and GNN inputs)
 def test_pretraining_stage_feeds_fine_tuning(glmrag_cache, tmp_path):
     overrides = ["trainer.max_epochs=1", "+trainer.limit_train_batches=3", "evaluate=false", "data.limit=4"]
     cfg = _compose(["experiment=gfm_rag", *TINY, *_paths(tmp_path), *overrides])
@@ -167,6 +171,7 @@ def test_wandb_mode_follows_login(monkeypatch, tmp_path):
         resolve_wandb_mode("sometimes")
 
 
+@pytest.mark.integration  # trains on musique100 (its full index and GNN inputs)
 def test_wandb_logger_runs_offline_and_writes_no_key(glmrag_cache, tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

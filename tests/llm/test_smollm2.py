@@ -17,7 +17,7 @@ pytestmark = [
 ]
 
 
-def test_smollm2_answers_and_its_dequantised_checkpoint_loads_fast(tmp_path):
+def test_smollm2_answers_and_its_dequantised_checkpoint_is_reused(tmp_path):
     assert gguf_path(DEFAULT_MODEL).name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     first = LocalLLM(DEFAULT_MODEL, cache_dir=tmp_path)
     assert first.built_checkpoint
@@ -33,8 +33,10 @@ def test_smollm2_answers_and_its_dequantised_checkpoint_loads_fast(tmp_path):
     assert "paris" in g.text.lower(), g.text
     assert first.usage.get("smoke", "q0").calls == 1 and g.generated_tokens > 0
 
+    written = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
     second = LocalLLM(DEFAULT_MODEL, cache_dir=tmp_path)
+    # Weights and tokenizer from the plain checkpoint, untouched; the first load dequantised the GGUF file.
+    # How much faster that is lives in benchmarks/bench_llm_cpu.py (load_s vs warm_load_s), not here.
     assert not second.built_checkpoint
-    # Weights and tokenizer from the plain checkpoint; the first load dequantised the GGUF file.
-    assert second.load_seconds < min(3.0, first.load_seconds / 4), (first.load_seconds, second.load_seconds)
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == written
     assert second.generate([question], max_new_tokens=12)[0].text == g.text

@@ -12,9 +12,10 @@ from glmrag.data.registry import load_dataset
 from glmrag.models.datamodule import KGBatchSampler, KGQADataModule
 
 GROUPS = [list(range(7)), list(range(7, 10))]  # two KGs: 7 and 3 items
-EXTRACTORS = {"musique100": "openie", "toy": "spacy"}
+MUSIQUE = "musique_tiny"  # a few dozen musique100 passages (tests/conftest.py), registered by its fixture
+EXTRACTORS = {MUSIQUE: "openie", "toy": "spacy"}
 
-pytestmark = pytest.mark.usefixtures("glmrag_cache")  # GLMRAG_CACHE_DIR set for the whole module
+pytestmark = pytest.mark.usefixtures("glmrag_cache", "tiny_musique")  # GLMRAG_CACHE_DIR, musique_tiny loadable
 
 
 def real_items(batch):
@@ -76,7 +77,7 @@ def test_sampler_rejects_an_empty_batch_size():
 
 @pytest.fixture(scope="module")
 def two_kgs(index_config):
-    dm = KGQADataModule(["toy", "musique100"], index=index_config(extractor=EXTRACTORS), limit=9, batch_size=4, seed=1)
+    dm = KGQADataModule(["toy", MUSIQUE], index=index_config(extractor=EXTRACTORS), limit=9, batch_size=4, seed=1)
     dm.prepare_data()
     dm.setup("fit")
     return dm
@@ -84,7 +85,7 @@ def two_kgs(index_config):
 
 def test_every_training_question_once_per_epoch_in_batches_of_one_kg(two_kgs):
     dm = two_kgs
-    questions = {name: {q.id: q for q in load_dataset(name, "train", limit=9).qa} for name in ("toy", "musique100")}
+    questions = {name: {q.id: q for q in load_dataset(name, "train", limit=9).qa} for name in ("toy", MUSIQUE)}
     loader = dm.train_dataloader()
     epochs = []
     for epoch in (0, 1):
@@ -114,8 +115,8 @@ def test_every_training_question_once_per_epoch_in_batches_of_one_kg(two_kgs):
 def test_validation_serves_each_question_once_in_order(two_kgs):
     batches = list(two_kgs.val_dataloader())
     qids = [q for b in batches for q in b["question_ids"]]
-    assert qids == [q.id for q in load_dataset("musique100", "validation", limit=9).qa]  # toy has no validation
-    assert all(b["kg"] == "musique100" for b in batches)
+    assert qids == [q.id for q in load_dataset(MUSIQUE, "validation", limit=9).qa] and qids  # toy has none
+    assert all(b["kg"] == MUSIQUE for b in batches)
 
 
 def test_two_simulated_ranks_share_every_global_batch(two_kgs):

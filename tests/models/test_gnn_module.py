@@ -15,7 +15,10 @@ from glmrag.models.gnn_module import GNNRetrieverModule
 
 TINY = {"hidden_channels": 16, "num_layers": 2}
 
-pytestmark = pytest.mark.usefixtures("glmrag_cache")  # GLMRAG_CACHE_DIR set for the whole module
+pytestmark = [
+    pytest.mark.usefixtures("glmrag_cache"),  # GLMRAG_CACHE_DIR set for the whole module
+    pytest.mark.integration,  # trains on musique100: its full index with entity embeddings takes minutes
+]
 
 
 @pytest.fixture(scope="module")

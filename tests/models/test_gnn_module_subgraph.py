@@ -87,16 +87,43 @@ def test_the_gnn_reads_the_glm_subgraphs(kg):
     assert not torch.equal(other.entity_mask(index.num_entities), mask)  # the BFS seed matters
 
 
+def reference_logits(gnn, graph, question_emb: torch.Tensor, seed_weight: torch.Tensor) -> torch.Tensor:
+    """GFM-RAG's query-dependent GNN written out densely from its equations, with ``gnn``'s weights only.
+
+    h0_v = w_v q (the question at its seeds); per layer, with per-layer relation vectors r = MLP_l(R W_rel):
+    a_v = sum over edges u -r-> v of h_u * r + h0_v, h_v <- h_v + relu(LayerNorm(W_l [h_v, a_v]));
+    logit_v = MLP_out([h_v, q]). One adjacency matrix per edge type replaces the message passing.
+
+    Shapes: question_emb (B, d), seed_weight (B, E) -> (B, E).
+    """
+    assert gnn.node_proj is None  # GFM-RAG*: no entity features in h0
+    num_entities, num_types = graph.num_nodes, graph.relation_features.shape[0]
+    adjacency = torch.zeros(num_types, num_entities, num_entities)  # (T, E, E): [r, v, u] counts u -r-> v
+    source, target = graph.edge_index
+    adjacency.index_put_((graph.edge_type, target, source), torch.ones(len(source)), accumulate=True)
+    q = gnn.question_proj(question_emb)  # (B, H)
+    relations = gnn.relation_proj(graph.relation_features)  # (T, H)
+    h0 = seed_weight.unsqueeze(-1) * q.unsqueeze(1)  # (B, E, H)
+    h = h0
+    for conv in gnn.convs:
+        r = conv.relation_proj(relations)  # (T, H)
+        aggregate = torch.einsum("tvu,buh,th->bvh", adjacency, h, r) + h0  # (B, E, H)
+        h = h + torch.relu(conv.norm(conv.linear(torch.cat([h, aggregate], dim=-1))))  # (B, E, H)
+    return gnn.readout(torch.cat([h, q.unsqueeze(1).expand_as(h)], dim=-1)).squeeze(-1)  # (B, E)
+
+
 def test_whole_graph_module_is_unchanged(kg):
-    """max_triplets None: no subgraphs, the logits of the whole-KG GNN and GFM-RAG's unmasked loss, exactly."""
+    """max_triplets None: no subgraphs, the logits of the whole-KG GNN and GFM-RAG's unmasked loss."""
     index, questions, graph = kg
     model = module_on(index, graph)
     batch = qa_batch(index, questions[:4], [[1, 2], [3], [4, 5, 6], [7]])
     assert model.subgraphs("toy", batch["question_ids"]) is None
     loss, logits = model.model_step(batch)
-    expected = model.gnn.score(graph, model.gnn.question_proj(batch["question_emb"]), batch["seed_weight"])
-    assert torch.equal(logits, expected) and torch.isfinite(logits).all()
-    assert torch.equal(loss, gfm_rag_loss(expected, batch["target"], bce_weight=0.3, listce_weight=0.7))
+    with torch.no_grad():
+        expected = reference_logits(model.gnn, graph, batch["question_emb"], batch["seed_weight"])
+    torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(logits).all() and logits.std() > 0  # the readout separates entities
+    torch.testing.assert_close(loss, gfm_rag_loss(expected, batch["target"], bce_weight=0.3, listce_weight=0.7))
 
 
 def test_loss_ignores_entities_outside_the_subgraph(kg):
@@ -210,7 +237,7 @@ def test_table_3_systems_restrict_both_families_alike():
     assert systems == ["gfm_rag_star", *(f"gfm_rag_star_t{t}" for t in BUDGETS), *(f"glm_t{t}" for t in BUDGETS)]
 
 
-@pytest.mark.slow  # builds the musique100 index and its GNN inputs first (minutes on two busy cores)
+@pytest.mark.integration  # builds the musique100 index and its GNN inputs first (minutes on two busy cores)
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_restricted_systems_run_fast_dev_run(budget, glmrag_cache, tmp_path):
     from glmrag.training import run_train

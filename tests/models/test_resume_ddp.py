@@ -18,7 +18,10 @@ from glmrag.models.gnn_module import GNNRetrieverModule
 
 LIMIT = 8  # musique100: 8 training questions (2 global batches of 4), 8 validation questions
 
-pytestmark = pytest.mark.usefixtures("glmrag_cache")  # GLMRAG_CACHE_DIR set for the whole module
+pytestmark = [
+    pytest.mark.usefixtures("glmrag_cache"),  # GLMRAG_CACHE_DIR set for the whole module
+    pytest.mark.integration,  # trains on musique100: its full index with entity embeddings takes minutes
+]
 
 
 @pytest.fixture
@@ -107,7 +110,7 @@ def test_two_ddp_processes_match_one_process(fit, index_config, tmp_path):
             [sys.executable, str(script), json.dumps(index_config())],
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=1800,  # a guard against a hung rank only: 300 s ran out on a loaded 2-core machine
             cwd=tmp_path,
         )
         if proc.returncode == 0 or "terminated with signal SIGABRT" not in proc.stderr or attempt == 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from pathlib import Path
@@ -30,6 +31,14 @@ def ids(questions) -> list[str]:
     return [q.id for q in questions]
 
 
+def documented_draw(questions, fraction: float, seed: int) -> list[str]:
+    """The ids ``fraction_of`` promises, written out from its docstring: the ``ceil(fraction * n)`` questions
+    (at least one) with the smallest ``sha256(f"{seed}/{id}")``, in their original order."""
+    size = max(1, math.ceil(round(fraction * len(questions), 9)))
+    drawn = set(sorted(ids(questions), key=lambda i: hashlib.sha256(f"{seed}/{i}".encode()).digest())[:size])
+    return [i for i in ids(questions) if i in drawn]
+
+
 # --- the draw ---------------------------------------------------------------------------------------
 
 
@@ -46,6 +55,11 @@ def test_sizes_round_up_and_keep_the_split_order(train_questions):
     assert len(fraction_of(train_questions, 1e-6, seed=0)) == 1  # never empty
     assert fraction_of([], 0.5, seed=0) == []
     assert fraction_of(train_questions, 1.0, seed=5) == train_questions
+
+
+@pytest.mark.parametrize(("fraction", "seed"), [(0.25, 0), (0.5, 3), (0.3, 7), (1e-6, 1)])
+def test_the_draw_is_the_documented_hash_ranking(train_questions, fraction, seed):
+    assert ids(fraction_of(train_questions, fraction, seed)) == documented_draw(train_questions, fraction, seed)
 
 
 @pytest.mark.parametrize("seed", [0, 7])
@@ -86,12 +100,12 @@ def test_bad_fractions_are_rejected_with_the_fix(bad, index_config):
 def test_only_the_training_split_is_subsampled(cls, index_config, train_questions):
     dm = cls(["musique100"], index_config(), train_fraction=0.25, seed=2)
     assert dm.hparams.train_fraction == 0.25
-    assert ids(dm.split_questions("musique100", "train_split")) == ids(fraction_of(train_questions, 0.25, 2))
+    assert ids(dm.split_questions("musique100", "train_split")) == documented_draw(train_questions, 0.25, 2)
     for split_name, split in (("val_split", "validation"), ("test_split", "test")):
         assert ids(dm.split_questions("musique100", split_name)) == ids(load_dataset("musique100", split=split).qa)
     # limit first, then the fraction of what is left
     limited = cls(["musique100"], index_config(), limit=8, train_fraction=0.5, seed=2)
-    assert ids(limited.split_questions("musique100", "train_split")) == ids(fraction_of(train_questions[:8], 0.5, 2))
+    assert ids(limited.split_questions("musique100", "train_split")) == documented_draw(train_questions[:8], 0.5, 2)
 
 
 def test_kgqa_training_records_are_the_drawn_questions(index_config, train_questions):
@@ -100,7 +114,7 @@ def test_kgqa_training_records_are_the_drawn_questions(index_config, train_quest
 
     dm.indexes["musique100"] = get_index(load_dataset("musique100"), OmegaConf.create(index_config(embed_model=None)))
     records = dm._qa_records("musique100", "train_split", train=True)
-    drawn = fraction_of(train_questions, 0.5, seed=1)
+    drawn = [q for q in train_questions if q.id in documented_draw(train_questions, 0.5, seed=1)]
     with_targets = [q.id for q in drawn if dm.index("musique100").entities_of_passages(list(q.supporting))]
     assert [r.question_id for r in records] == with_targets and 0 < len(records) <= 30
 
@@ -114,7 +128,8 @@ def test_subgraph_training_shards_hold_the_drawn_questions(index_config, tmp_pat
         dm.prepare_data()
         dm.setup("fit")
     index = half.index("musique100")
-    drawn = fraction_of(load_dataset("musique100", "train", limit=8).qa, 0.5, seed=5)
+    first_eight = list(load_dataset("musique100", "train", limit=8).qa)
+    drawn = [q for q in first_eight if q.id in documented_draw(first_eight, 0.5, seed=5)]
     expected = {q.id for q in drawn if index.entities_of_passages(list(q.supporting))}  # training drops the rest
     streamed = [q for b in half.train_dataloader() for q in b["question_ids"]]
     assert sorted(streamed) == sorted(expected) and len(drawn) == 4 and expected

@@ -21,7 +21,10 @@ from glmrag.retrievers.checkpoint import CheckpointRetriever
 
 VAL_LIMIT = 12
 
-pytestmark = pytest.mark.usefixtures("glmrag_cache")  # GLMRAG_CACHE_DIR set for the whole module
+pytestmark = [
+    pytest.mark.usefixtures("glmrag_cache"),  # GLMRAG_CACHE_DIR set for the whole module
+    pytest.mark.integration,  # trains on musique100: its full index with entity embeddings takes minutes
+]
 
 
 @pytest.fixture(scope="module")
