@@ -54,6 +54,17 @@ def test_random_heads_are_seeded_and_distinct(parts):
         random_heads(reader, 9)
 
 
+def test_random_head_set_draws_heads_without_probes(parts, monkeypatch):
+    from glmrag.retrievers.steering import Steering
+
+    reader = Reader(*parts, name="tiny")
+    graph = Hypergraph.from_index(world_index(), CORPUS)
+    monkeypatch.setattr(addressing_heads, "score_heads", lambda *a: pytest.fail("random heads need no probes"))
+    steering = Steering(reader, head_set="random", num_heads=3, seed=1)
+    assert steering.addressing_heads(graph, lambda p: CORPUS[p]) == random_heads(reader, 3, seed=1)
+    assert steering.selection is None
+
+
 def test_ties_are_not_hits_and_hit_rate_is_held_out(parts, monkeypatch):
     reader = Reader(*parts, name="tiny")
     graph = Hypergraph.from_index(world_index(), CORPUS)
