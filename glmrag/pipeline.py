@@ -35,12 +35,14 @@ from glmrag.eval.report import COST_FIELDS, cost_columns
 from glmrag.eval.significance import Interval, bootstrap_ci
 from glmrag.eval.store import run_record, write_run
 from glmrag.eval.timing import timed_retrieve
+from glmrag.eval.traces import add_traces
 from glmrag.index.cache import get_index
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
 from glmrag.io import children_die_with_parent
 from glmrag.llm.base import LLMBudgetExceeded, Usage, failure_budget
 from glmrag.qa import ANSWER_FALLBACK, QAReader, baseline_contexts
+from glmrag.qa.accuracy import LLMJudge, add_judged_accuracy
 from glmrag.retrievers.base import AnsweringRetriever, LLMCostedRetriever, Ranking, Retriever
 
 log = logging.getLogger(__name__)
@@ -264,6 +266,9 @@ def _run_eval(cfg: DictConfig) -> EvalResult:
         result.settings["llm_cost"] = mean_costs(costs)
     add_qa_and_cost_columns(result, answers, costs)
     result.settings["llm_failures"] = failure_summary(failed, costs)
+    add_traces(result, retrievers)  # what each LLM method decided per question; its summary and index cost
+    if reader is not None and cfg.get("qa_judge", False):  # ACC by an LLM judge, labelled as such (DTKG §4.1)
+        result.settings["acc_llm_judge"] = add_judged_accuracy(result.per_question, questions, LLMJudge(reader.llm))
     if reader is not None:
         by_method = reader.llm.usage.by_method()
         read = [s for s in [*retrievers, *baselines] if not isinstance(retrievers.get(s), AnsweringRetriever)]

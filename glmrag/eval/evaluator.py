@@ -27,7 +27,7 @@ from glmrag.retrievers.base import Ranking
 
 __all__ = ["EvalResult", "evaluate", "format_markdown", "write_outputs"]
 
-QA_METRICS = ("em", "f1")
+QA_METRICS = ("em", "f1", "acc")
 ANALYSIS_METRICS = ("entity_cosine", "entity_hops")
 GROUPINGS = ("n_supporting", "hops", "depth", "density")
 TOP_PASSAGES = 10

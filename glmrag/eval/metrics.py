@@ -139,6 +139,17 @@ def token_f1(prediction: str, answers: Sequence[str]) -> float:
     return max((_token_f1(prediction, a) for a in answers), default=0.0)
 
 
+def contains_match(prediction: str, answers: Sequence[str]) -> float:
+    """ACC (contains): 1.0 if a normalised alias is the normalised prediction or a whole-word run in it
+    (a stand-in for DTKG's similarity-model ACC, §4.1; see :mod:`glmrag.qa.accuracy`)."""
+    said = f" {normalize_answer(prediction)} "
+    return float(any(g and f" {g} " in said for g in (normalize_answer(a) for a in answers)))
+
+
 def qa_metrics(prediction: str, answers: Sequence[str]) -> dict[str, float]:
-    """``{"em": ..., "f1": ...}`` of one predicted answer against the gold answer and its aliases."""
-    return {"em": exact_match(prediction, answers), "f1": token_f1(prediction, answers)}
+    """``{"em", "f1", "acc"}`` of one predicted answer against the gold answer and its aliases."""
+    return {
+        "em": exact_match(prediction, answers),
+        "f1": token_f1(prediction, answers),
+        "acc": contains_match(prediction, answers),
+    }

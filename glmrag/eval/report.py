@@ -26,12 +26,20 @@ from typing import TYPE_CHECKING
 
 from glmrag.eval.overlap import overlap_note
 from glmrag.eval.significance import Interval
+from glmrag.eval.traces import summary_lines
 from glmrag.io import atomic_write_text
 
 if TYPE_CHECKING:
     from glmrag.eval.evaluator import EvalResult
 
-_LABELS = {"mrr": "MRR", "em": "EM", "f1": "F1", "entity_cosine": "Entity cos", "entity_hops": "Entity hops"}
+_LABELS = {
+    "mrr": "MRR",
+    "em": "EM",
+    "f1": "F1",
+    "acc": "ACC (contains)",
+    "entity_cosine": "Entity cos",
+    "entity_hops": "Entity hops",
+}
 COST_FIELDS = ("calls", "prompt_tokens", "generated_tokens", "seconds")
 """LLM usage reported per question (:class:`glmrag.llm.base.Usage` fields), as DTKG Table 6 and
 HyperAddress Fig. 5 compare methods by calls, tokens and time."""
@@ -62,7 +70,7 @@ def _table_metrics(result: EvalResult) -> list[str]:
     wanted = (
         [f"recall@{k}" for k in ks]
         + [f"filtered_recall@{k}" for k in ks]
-        + [f"hits@{k_single}", f"all@{k_single}", "mrr", "em", "f1"]
+        + [f"hits@{k_single}", f"all@{k_single}", "mrr", "em", "f1", "acc"]
     )
     return [m for m in wanted if m in result.metric_names]
 
@@ -83,7 +91,7 @@ def format_markdown(result: EvalResult) -> str:
     # Escaped so that a lone ``**`` is not read as Markdown emphasis.
     markers = {(c.system, c.metric): c.marker.replace("*", "\\*") for c in result.significance}
     metrics = _table_metrics(result)
-    with_ci = {m for m in metrics if m.startswith("recall@") or m in ("em", "f1")}
+    with_ci = {m for m in metrics if m.startswith("recall@") or m in ("em", "f1", "acc")}
     lines = [
         "| System | " + " | ".join(_label(m) for m in metrics) + " |",
         "|---|" + "---:|" * len(metrics),
@@ -132,7 +140,8 @@ def format_markdown(result: EvalResult) -> str:
             "entities: mean question-entity cosine, and mean hop distance from the seeds over reachable "
             f"entities (BFS cutoff {result.settings.get('bfs_cutoff')}); – = the system returns no entities.",
         ]
-    return "\n".join(lines + _timing_lines(result) + _qa_baseline_lines(result) + _cost_lines(result)) + "\n"
+    sections = _timing_lines(result) + _qa_baseline_lines(result) + _cost_lines(result) + summary_lines(result)
+    return "\n".join(lines + sections) + "\n"
 
 
 def _timing_lines(result: EvalResult) -> list[str]:

@@ -19,6 +19,13 @@ every probe in one forward pass per probe (only the question rows are kept,
 :mod:`glmrag.nn.attention_rows`); ties in hit counts go to the higher mean
 reciprocal rank, then to the earlier (layer, head).
 
+A hit is the target ranked first **strictly**: a target tied with another
+candidate is not a hit (a head that gives every candidate the same score, e.g.
+zero, would otherwise "hit" every probe). The probes are split in two halves
+(even and odd positions of the seeded probe list): heads are selected on the
+first and their hit rate is reported on the second, **held out**, as §3's
+"59.0% of held-out probes" is (:attr:`HeadSelection.held_out_hit_rate`).
+
 The selection is stored as ``addressing-heads-<hash>.json`` in ``cache_dir``,
 keyed by the reader's name and the selection settings (not the corpus: the
 paper selects once per reader and keeps the heads across benchmarks, App. A).
@@ -54,8 +61,13 @@ class HeadSelection:
     heads: list[tuple[int, int]]
     """Selected (layer, head) pairs, best first."""
     hit_rate: list[float]
-    """Fraction of probes on which each selected head ranks the target first."""
+    """Fraction of selection probes on which each selected head ranks the target first (in-sample)."""
     probes: int
+    """Selection probes scored."""
+    held_out_hit_rate: list[float]
+    """Fraction of held-out probes on which each selected head ranks the target first (§3's figure)."""
+    held_out_probes: int
+    """Held-out probes scored."""
 
 
 def _mask(text: str, name: str) -> str | None:
@@ -115,8 +127,9 @@ def score_heads(reader: Reader, probes) -> tuple[np.ndarray, np.ndarray, int]:
             continue
         scores = pointer_scores(reader, context, heads).amax(dim=1).numpy()  # (H, C)
         t = context.candidates.index(target)
-        rank = (scores > scores[:, t : t + 1]).sum(axis=1)  # (H,) 0 = target first
-        hits += rank == 0
+        rank = (scores > scores[:, t : t + 1]).sum(axis=1)  # (H,) 0 = no candidate above the target
+        tied = (scores == scores[:, t : t + 1]).sum(axis=1) > 1  # (H,) another candidate level with it
+        hits += (rank == 0) & ~tied
         rr += 1.0 / (rank + 1)
         used += 1
     return hits, rr, used
@@ -133,7 +146,13 @@ def select_heads(
     cache_dir: str | Path | None = None,
 ) -> HeadSelection:
     """The ``num_heads`` heads ranking probe targets first most often; read from / written to ``cache_dir``."""
-    settings = {"reader": reader.name, "num_heads": num_heads, "probes": probes, "context": context_passages}
+    settings = {
+        "reader": reader.name,
+        "num_heads": num_heads,
+        "probes": probes,
+        "context": context_passages,
+        "split": "held-out",  # selections written before the held-out split are not reused
+    }
     key = hashlib.sha256(json.dumps(settings | {"seed": seed}, sort_keys=True).encode()).hexdigest()[:16]
     path = Path(cache_dir) / f"addressing-heads-{key}.json" if cache_dir is not None else None
     if path is not None and path.exists():
@@ -146,14 +165,37 @@ def select_heads(
             f"no addressing-head probe could be made from the hypergraph ({graph.num_passages} passages): it needs "
             "entities named in two passages; select heads on a larger corpus or pass heads explicitly"
         )
-    hits, rr, used = score_heads(reader, made)
+    hits, rr, used = score_heads(reader, made[0::2])
     order = sorted(range(len(hits)), key=lambda h: (-hits[h], -rr[h], h))[:num_heads]
+    held_hits, _, held_used = score_heads(reader, made[1::2])
     all_heads = reader.all_heads()
     selection = HeadSelection(
-        reader.name, [all_heads[h] for h in order], [float(hits[h] / max(used, 1)) for h in order], used
+        reader.name,
+        [all_heads[h] for h in order],
+        [float(hits[h] / max(used, 1)) for h in order],
+        used,
+        [float(held_hits[h] / max(held_used, 1)) for h in order],
+        held_used,
     )
-    log.info("addressing heads of %s on %d probes: %s", reader.name, used, selection.heads)
+    log.info(
+        "addressing heads of %s on %d probes: %s; held-out hit rate %s on %d probes",
+        reader.name,
+        used,
+        selection.heads,
+        selection.held_out_hit_rate,
+        held_used,
+    )
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(asdict(selection), indent=1))
     return selection
+
+
+def random_heads(reader: Reader, num_heads: int = NUM_HEADS, seed: int = 0) -> list[tuple[int, int]]:
+    """``num_heads`` heads of the reader drawn without replacement by a generator seeded with ``seed``, in
+    (layer, head) order: §5.3's alternative head set ("random heads cause smaller drops", §3)."""
+    all_heads = reader.all_heads()
+    if num_heads > len(all_heads):
+        raise ValueError(f"num_heads={num_heads} exceeds the {len(all_heads)} heads of reader {reader.name}")
+    picked = np.random.default_rng(seed).choice(len(all_heads), num_heads, replace=False)
+    return [all_heads[int(h)] for h in sorted(picked)]

@@ -75,6 +75,8 @@ TEMPERATURE = 0.1
 """Softmax temperature over the restart incidences' cosines (a stated choice)."""
 PASSAGE_SHARE = 0.5
 """Fraction of an incidence's restart mass put on its passage; the rest goes to its entity (a stated choice)."""
+TRACE_RESTARTS = 3
+"""Restart incidences kept per question in the trace (inspection only)."""
 
 
 @dataclass(frozen=True)
@@ -226,6 +228,8 @@ class HyperAddressRetriever:
         """Usage tag of the steering forward passes (the eval job's retriever key, e.g. ``hyperaddress_1round``)."""
         self._cache: tuple[KGIndex, HyperIndex] | None = None
         self._cost: dict[str, Usage] = {}
+        self._traces: dict[str, dict] = {}
+        self._texts: dict[int, str] = {}
 
     def index_graph(self, graph: Hypergraph) -> HyperIndex:
         """Embed ``graph``'s descriptions (new ones only) and build its base walk."""
@@ -293,7 +297,9 @@ class HyperAddressRetriever:
 
         Shapes: -> (B, P), (B, E).
         """
-        r_p, r_e = self.restart_for(hyper, [q.question for q in questions])
+        similarity = self.incidence_similarity(hyper, self.embedder.encode([q.question for q in questions]))
+        r_p, r_e = self.restart(hyper, similarity)
+        self._restart_trace(hyper, questions, similarity)
         x_p, x_e = hypergraph_pagerank(hyper.walk, r_p, r_e, self.damping, self.tol)
         x_p, x_e = x_p.T.copy(), x_e.T.copy()
         if self.steering is not None and self.steering.rounds > 0:
@@ -313,10 +319,34 @@ class HyperAddressRetriever:
                 self._cost[q.id] = _usage_of(reader.llm, self.name, q.id).since(before)
         return x_p, x_e
 
+    def _restart_trace(self, hyper: HyperIndex, questions: Sequence[Question], similarity: np.ndarray) -> None:
+        """Keep, per question, the :data:`TRACE_RESTARTS` incidences of highest description cosine."""
+        graph = hyper.graph
+        top, values = top_k_stable(similarity, TRACE_RESTARTS)  # (B, k)
+        for q, rows, cos in zip(questions, top, values, strict=True):
+            best = hyper.description_row[hyper.description_ptr[rows]]  # the first description of each incidence
+            self._traces[q.id] = {
+                "restart": [
+                    [
+                        graph.passage_ids[graph.incidence_passage[i]],
+                        graph.entities[graph.incidence_entity[i]],
+                        self._label_text(int(d)),
+                        round(float(c), 4),
+                    ]
+                    for i, d, c in zip(rows, best, cos, strict=True)
+                ]
+            }
+
+    def _label_text(self, row: int) -> str:
+        if not self._texts or len(self._texts) != len(self.labels.row):
+            self._texts = {r: t for t, r in self.labels.row.items()}
+        return self._texts[row]
+
     def retrieve(self, questions: Sequence[Question], index: KGIndex, corpus: Corpus, top_k: int = 10) -> list[Ranking]:
         """Passages ranked by PageRank mass (ties in index order), and the top entities by theirs."""
         hyper = self.prepare(index, corpus)
         self._cost = {q.id: Usage() for q in questions}
+        self._traces = {}
         rankings: list[Ranking] = []
         for start in progress(range(0, len(questions), self.batch_size), self.name, unit="batch"):
             batch = questions[start : start + self.batch_size]
@@ -338,6 +368,37 @@ class HyperAddressRetriever:
         """
         return {qid: Usage().add(u) for qid, u in self._cost.items()}
 
+    def traces(self) -> dict[str, dict]:
+        """Question id -> what the last :meth:`retrieve` did for it: the restart's best incidences (passage,
+        entity, description, cosine) and, when steered, the heads and per round the passages read, pointer
+        targets, rewrite (before/after) and the round's top passages."""
+        steered = self.steering.traces if self.steering is not None else {}
+        return {qid: t | steered.get(qid, {}) for qid, t in self._traces.items()}
+
+    def trace_summary(self) -> dict[str, dict]:
+        """Counts over :meth:`traces` for the report: rounds run, rewrites fired or not, and head selection."""
+        traces = self.traces()
+        steps = [step for t in traces.values() for step in t.get("rounds", [])]
+        rewrites = [s["rewrite"] for s in steps if s["rewrite"] is not None]
+        summary: dict[str, dict] = {
+            "steering": {
+                "questions": sum("rounds" in t for t in traces.values()),
+                "rounds": len(steps),
+                "rounds_without_candidates": sum(not s["targets"] for s in steps),
+                "rewrites_fired": sum(r != "none" for r in rewrites),
+                "rewrites_not_fired": sum(r == "none" for r in rewrites),
+            }
+        }
+        selection = self.steering.selection if self.steering is not None else None
+        if selection is not None:
+            summary["head_selection"] = {
+                "probes": selection.probes,
+                "held_out_probes": selection.held_out_probes,
+                "mean_hit_rate": float(np.mean(selection.hit_rate)),
+                "mean_held_out_hit_rate": float(np.mean(selection.held_out_hit_rate)),
+            }
+        return summary
+
     def index_llm_cost(self) -> dict[str, Usage]:
         """LLM usage of the index side (Table 8's index cost), summed over this process so far.
 
@@ -348,6 +409,16 @@ class HyperAddressRetriever:
         reader_llm = self.steering.reader.llm if self.steering is not None else None
         sources = {DESCRIPTIONS_TAG: getattr(self.describer, "llm", None), HEADS_TAG: reader_llm}
         return {tag: _method_usage(llm, tag) for tag, llm in sources.items()}
+
+
+class NameDescriber:
+    """§5.3's "removing labels": every incidence is labelled by its entity's name only, so the restart and
+    the rewrite match question words against names, not descriptions."""
+
+    name = "entity-name"
+
+    def describe(self, passage, entities: Sequence[str]) -> list[tuple[str, ...]]:
+        return [(e,) for e in entities]
 
 
 def _usage_of(llm, method: str, question_id: str | None = None) -> Usage:

@@ -33,6 +33,9 @@ from glmrag.llm.base import LLM, Generation
 from glmrag.nn.attention_rows import capture_attention_rows
 
 QUESTION_PREFIX = "\n\nQuestion: "
+POINTERS = ("word", "last_token")
+"""Where scores are read: at every question token ("word-level addressing", §3 Obs. 2), or only at the
+question's last token (§3 Obs. 2's contrast: "last-token scoring substantially lowers later-bridge top-five rates")."""
 
 
 class Reader:
@@ -169,6 +172,10 @@ def pointer_scores(reader: Reader, context: ReadContext, heads: Sequence[tuple[i
     return weights @ context.mentions  # (H, R, C)
 
 
-def entity_pointer(scores: torch.Tensor) -> np.ndarray:
-    """An entity's score: its best question token, averaged over heads. Shapes: (H, R, C) -> (C,)."""
-    return scores.amax(dim=1).mean(dim=0).numpy().astype(np.float64)
+def entity_pointer(scores: torch.Tensor, pointer: str = "word") -> np.ndarray:
+    """An entity's score averaged over heads: at its best question token (``word``) or at the last one
+    (``last_token``, :data:`POINTERS`). Shapes: (H, R, C) -> (C,)."""
+    if pointer not in POINTERS:
+        raise ValueError(f"pointer={pointer!r} is unknown; expected one of {', '.join(POINTERS)}")
+    per_head = scores.amax(dim=1) if pointer == "word" else scores[:, -1, :]  # (H, C)
+    return per_head.mean(dim=0).numpy().astype(np.float64)

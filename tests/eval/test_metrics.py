@@ -124,4 +124,4 @@ def test_exact_match_and_f1_over_aliases():
     assert token_f1("Paris France", ("Paris",)) == pytest.approx(2 / 3)
     assert token_f1("London", ("Paris",)) == 0.0
     assert token_f1("", ("Paris",)) == 0.0
-    assert qa_metrics("Fab Four", answers) == {"em": 1.0, "f1": 1.0}
+    assert qa_metrics("Fab Four", answers) == {"em": 1.0, "f1": 1.0, "acc": 1.0}

@@ -1,8 +1,6 @@
 """DTKG's parts on tiny inputs: classifier routing, entity linking (Eq. 5), two-stage scoring (Eqs. 6-7),
 the rerankers (App. A.4) and denoising (Eqs. 15-16)."""
 
-from difflib import SequenceMatcher
-
 import numpy as np
 import pytest
 
@@ -65,16 +63,47 @@ def test_clean_mention_drops_a_small_models_lead_in():
     assert clean_mention("The bomb was dropped") == "The bomb was dropped" and clean_mention("") == ""
 
 
-def test_linking_equals_brute_force_difflib_argmax():
+def lcs_ratio(a: str, b: str) -> float:
+    """Eq. 5's sim written out: 2 LCS(a, b) / (|a| + |b|), LCS by dynamic programming (independent of rapidfuzz)."""
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0]
+        for j, y in enumerate(b):
+            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
+        prev = cur
+    return 2 * prev[-1] / (len(a) + len(b)) if a or b else 1.0
+
+
+def test_linking_equals_brute_force_lcs_argmax():
     rng = np.random.default_rng(0)
     words = ["river", "town", "saint", "john", "new", "york", "lake", "mount", "hall", "park", "west", "union"]
     names = list(dict.fromkeys(" ".join(rng.choice(words, rng.integers(1, 4))) for _ in range(300)))
-    linker = EntityLinker(names, shortlist=len(names))
+    linker = EntityLinker(names, min_similarity=0.0)
     for mention in ["new yrk", "saint john lake", "mount west hal", "park union", "jon river town"]:
         norm = normalize_phrase(mention)
-        ratios = [SequenceMatcher(None, norm, n).ratio() for n in linker.names]
+        ratios = [lcs_ratio(norm, n) for n in linker.names]
         link = linker.link(mention)
-        assert link.similarity == pytest.approx(max(ratios)) and ratios[link.entity] == max(ratios)
+        assert link.similarity == pytest.approx(max(ratios))
+        assert link.entity == ratios.index(max(ratios))  # ties to the lower id
+
+
+def test_linking_finds_the_best_match_a_trigram_shortlist_missed():
+    # "ab cd" vs a name sharing the letters in order but no trigram: the old trigram shortlist of 1 never saw it
+    names = ["xab cdx yy", "ab  zz cd" + "q" * 30, "a b c d"]
+    linker = EntityLinker(names, min_similarity=0.0)
+    ratios = [lcs_ratio("ab cd", n) for n in linker.names]
+    assert linker.link("ab cd").entity == ratios.index(max(ratios))
+
+
+def test_linking_threshold_leaves_nonsense_unlinked():
+    linker = EntityLinker(NAMES)
+    assert linker.link("zzzz qqq") is None
+    best = linker.best("zzzz qqq")
+    assert best is not None and best.similarity < 0.5  # Eq. 5's bare argmax would link it anyway
+    assert EntityLinker(NAMES, min_similarity=0.0).link("zzzz qqq") == best
+    assert linker.link("Barak Obama").similarity == pytest.approx(lcs_ratio("barak obama", "barack obama"))
+    with pytest.raises(ValueError, match="min_similarity"):
+        EntityLinker(NAMES, min_similarity=1.5)
 
 
 class TableEncoder:

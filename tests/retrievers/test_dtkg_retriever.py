@@ -31,6 +31,8 @@ CONFIGS = {
     "dtkg_no_denoise": ("auto", "hybrid", "none"),
     "dtkg_generic_denoise": ("auto", "hybrid", "generic"),
     "dtkg_cosine_only": ("auto", "cosine", "task_aware"),
+    "dtkg_rerank_only": ("auto", "rerank", "task_aware"),
+    "dtkg_random_scoring": ("auto", "random", "task_aware"),
 }
 
 
@@ -112,7 +114,8 @@ def test_random_mode_is_seeded_per_question(scripted_llm):
 
 
 @pytest.mark.parametrize("key", sorted(CONFIGS))
-def test_config_instantiates(key, scripted_llm, tmp_path, monkeypatch):
+def config_retriever(key, llm, tmp_path, monkeypatch):
+    """The retriever of ``configs/retriever/{key}.yaml`` with ``llm`` standing in for SmolLM2."""
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
@@ -123,8 +126,64 @@ def test_config_instantiates(key, scripted_llm, tmp_path, monkeypatch):
         cfg = compose(config_name="eval", overrides=[f"retriever=[{key}]", "output_dir=unused"])
     node = cfg.retriever[key]
     assert node.llm._target_ == "glmrag.llm.local.LocalLLM" and node.llm.model == "offline:smollm2-135m-instruct"
+    return instantiate(node, llm=llm, encoder=WordEncoder())
+
+
+def config_replies(p: str) -> str:
+    """:func:`both_replies`, and Eq. 16 rates the "directed by" triple unnecessary (task-aware drops it)."""
+    if "How necessary" in p:
+        return "2" if "Fact: inception directed by" in p else "8"
+    return both_replies(p)
+
+
+def traced(key, scripted_llm, tmp_path, monkeypatch, replies=config_replies):
+    llm = scripted_llm(replies)
+    r = config_retriever(key, llm, tmp_path, monkeypatch)
+    index = make_index()
+    r.retrieve([QUESTION, PARALLEL_QUESTION], index, corpus_of(index), top_k=4)
+    return r.traces(), llm.prompts
+
+
+RANK_SCORES = {round(1 - i / m, 4) for m in range(1, 6) for i in range(m)} | {0.0}
+"""Every score the listwise reranker gives (1 - i / m, unlisted 0): S_rr-only scores are these exactly."""
+
+TRACE_CHANGES = {
+    "dtkg_only_parallel": lambda t, p: t[QUESTION.id]["track"] == "parallel",
+    "dtkg_only_chain": lambda t, p: t[PARALLEL_QUESTION.id]["track"] == "chain",
+    "dtkg_random_track": lambda t, p: {x["why"] for x in t.values()} == {"random draw"},
+    "dtkg_no_denoise": lambda t, p: all(x["screened"] == x["scored"] for x in t[QUESTION.id]["triples"]),
+    "dtkg_generic_denoise": lambda t, p: not any("How necessary" in x for x in p),
+    "dtkg_cosine_only": lambda t, p: not any("List the numbers" in x for x in p),
+    "dtkg_rerank_only": lambda t, p: bool(u := set(t[PARALLEL_QUESTION.id]["used"].values())) and u <= RANK_SCORES,
+    "dtkg_random_scoring": lambda t, p: not any("List the numbers" in x for x in p),
+}
+"""Per ablation config, what its trace or prompts show on the two test questions and the default's do not."""
+
+
+@pytest.mark.parametrize("key", sorted(TRACE_CHANGES))
+def test_each_config_changes_the_trace_from_the_default(key, scripted_llm, tmp_path, monkeypatch):
+    default, default_prompts = traced("dtkg", scripted_llm, tmp_path, monkeypatch)
+    ablated, prompts = traced(key, scripted_llm, tmp_path, monkeypatch)
+    assert ablated != default
+    assert TRACE_CHANGES[key](ablated, prompts) and not TRACE_CHANGES[key](default, default_prompts)
+
+
+def test_traces_show_track_links_stages_and_fallbacks(scripted_llm, tmp_path, monkeypatch):
+    traces, _ = traced("dtkg", scripted_llm, tmp_path, monkeypatch, replies=both_replies)
+    chain, parallel = traces[QUESTION.id], traces[PARALLEL_QUESTION.id]
+    assert chain["track"] == "chain" and chain["why"] == "classifier: 'chained'"
+    assert chain["central_link"] == {"mention": "Inception", "entity": "inception", "similarity": 1.0, "linked": True}
+    assert [layer["candidates"] for layer in chain["triples"]][0] == 4
+    assert parallel["track"] == "parallel" and parallel["links"][0]["entity"] == "inception"
+    assert set(parallel["triples"]) == {"candidates", "scored", "screened", "top_k_after_cross_redundancy", "necessary"}
+    assert parallel["used"] and all(isinstance(v, float) for v in parallel["used"].values())
+    assert isinstance(chain["fallbacks"], dict)
+
+
+@pytest.mark.parametrize("key", sorted(CONFIGS))
+def test_config_instantiates(key, scripted_llm, tmp_path, monkeypatch):
     llm = scripted_llm(both_replies)
-    r = instantiate(node, llm=llm, encoder=WordEncoder())  # the scripted LLM stands in for SmolLM2
+    r = config_retriever(key, llm, tmp_path, monkeypatch)
     s = r.settings
     assert r.name == key and (s.mode, s.scoring, s.denoise) == CONFIGS[key]
     assert (s.candidates, s.alpha, s.max_depth, s.max_width) == (50, 0.75, 3, 3)

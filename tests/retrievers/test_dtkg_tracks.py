@@ -132,8 +132,52 @@ def test_threshold_prunes_weak_relations(scripted_llm):
     result, index = run(retriever(scripted_llm(chain_reply()), max_width=3, threshold=0.5))
     rows = {t for layer in result.trace["layers"] for p in layer for t in p.triples}
     assert rows == {0, 1, 2}  # the reranker's zeros leave 0.25 * cosine < 0.5
+    generic, _ = run(retriever(scripted_llm(chain_reply()), threshold=0.8, denoise="generic"))
+    assert generic.trace["layers"] == [] and generic.triples == {}  # nothing over 0.8: the answer reads no paths
+    # Table 4's "w/o Denoise" is "without any filtering": θ is off too, so the same case keeps its paths
     none, _ = run(retriever(scripted_llm(chain_reply()), threshold=0.8, denoise="none"))
-    assert none.trace["layers"] == [] and none.triples == {}  # nothing over 0.8: the answer reads no paths
+    assert none.trace["layers"] and {t for p in none.trace["paths"] for t in p.triples} == {0, 1, 2}
+    assert all(layer["screened"] == layer["scored"] for layer in none.trace["triples"])
+
+
+class TableReranker:
+    """A fixed reranker score per triple text (0 for any other)."""
+
+    def __init__(self, scores: dict[str, float]) -> None:
+        self.scores = scores
+
+    def score(self, query, candidates):
+        return np.asarray([self.scores.get(c, 0.0) for c in candidates])
+
+
+def test_chain_pool_is_ordered_by_the_eq12_path_score(scripted_llm):
+    index = make_index()
+    rr = {0: 0.5, 4: 0.9, 7: 0.3, 1: 0.4, 6: 0.55}  # triple row -> reranker score (= relation score, rerank only)
+    reranker = TableReranker({triple_text(index, row): v for row, v in rr.items()})
+    r = retriever(
+        scripted_llm(chain_reply()), reranker=reranker, scoring="rerank", denoise="none", max_depth=2, max_width=2
+    )
+    result, _ = run(r)
+    layer1, layer2 = result.trace["layers"]
+    assert {p.triples[-1] for p in layer1} == {4, 0}
+    # path scores: 0.9 * 0.3 = .27 (via zimmer), 0.5 * 0.55 = .275 and 0.5 * 0.4 = .2 (via nolan);
+    # by relation score alone the two best would be 6 (.55) and 1 (.4)
+    assert [p.triples for p in layer2] == [(0, 6), (4, 7)]
+    assert [p.score for p in layer2] == pytest.approx([0.5 * 0.55, 0.9 * 0.3])
+
+
+@pytest.mark.parametrize(("scoring", "threshold"), [("hybrid", 0.5), ("cosine", 0.0), ("random", 0.0)])
+def test_llm_selection_does_not_depend_on_the_scoring_mode(scripted_llm, scoring, threshold):
+    # Inception has 4 candidate relations: "excessive" over 3 whatever the scores; under hybrid scoring only
+    # "directed by" passes θ = 0.5, so a trigger on the scored pool would never select there
+    llm = scripted_llm(chain_reply(select="[1]"))
+    kw = {"reranker": KeywordReranker("directed"), "scoring": scoring, "threshold": threshold, "max_depth": 1}
+    result, _ = run(retriever(llm, **kw, select_trigger=3))
+    assert result.trace["triples"][0]["candidates"] == 4 and result.trace["triples"][0]["llm_selection"]
+    assert sum("Which facts" in p for p in llm.prompts) >= 1
+    quiet = scripted_llm(chain_reply(select="[1]"))
+    run(retriever(quiet, **kw, select_trigger=10))
+    assert not any("Which facts" in p for p in quiet.prompts)
 
 
 def test_sufficiency_yes_stops_early(scripted_llm):
@@ -214,6 +258,44 @@ def test_parallel_verifies_and_rewrites_facts(scripted_llm):
     assert set(result.triples) == set(rows)
     assert sum("support the statement" in p for p in llm.prompts) == 2
     assert sum("Rewrite the statement" in p for p in llm.prompts) == 1
+
+
+def test_parallel_drops_unnecessary_triples_by_eq16_only_when_task_aware(scripted_llm):
+    def reply(p: str) -> str:
+        if "How necessary" in p:
+            return "2" if "hans zimmer" in p else "8"
+        return parallel_reply(FACTS)(p)
+
+    kw = {"mode": "parallel", "reranker": KeywordReranker("directed", "music"), "verify_top": 2, "threshold": 0.0}
+    full, index = run(retriever(scripted_llm(reply), **kw), PARALLEL_QUESTION)
+    rows = {row for group in full.trace["evidence"] for row, _ in group}
+    assert 4 not in rows and 0 in rows  # "inception music by hans zimmer": necessity 0.2 < 0.5 (Eq. 16)
+    generic, _ = run(retriever(scripted_llm(reply), **kw, denoise="generic"), PARALLEL_QUESTION)
+    assert 4 in {row for group in generic.trace["evidence"] for row, _ in group}
+    assert full.trace["triples"]["necessary"] != generic.trace["triples"]["necessary"]
+
+
+def test_parallel_generic_threshold_and_none_differ(scripted_llm):
+    kw = {"mode": "parallel", "reranker": KeywordReranker("directed"), "verify_top": 3}
+    generic, _ = run(retriever(scripted_llm(parallel_reply(FACTS)), **kw, denoise="generic"), PARALLEL_QUESTION)
+    none, _ = run(retriever(scripted_llm(parallel_reply(FACTS)), **kw, denoise="none"), PARALLEL_QUESTION)
+    # θ = 0.5: only the reranked "directed by" triple passes; with no denoising every fact keeps its top 3
+    assert [len(g) for g in generic.trace["evidence"]] == [1, 1]  # both facts: "directed by"
+    assert [len(g) for g in none.trace["evidence"]] == [3, 3]
+    assert 3 in {row for g in none.trace["evidence"] for row, _ in g}  # "has id" survives without Eq. 15
+
+
+def test_unlinked_subjects_are_counted_and_get_no_triples(scripted_llm):
+    def reply(p: str) -> str:
+        return "zzzz qqq" if "subject entity" in p else parallel_reply(FACTS)(p)
+
+    llm = scripted_llm(reply)
+    with llm.track("dtkg", "q2"):
+        result, _ = run(retriever(llm, mode="parallel"), PARALLEL_QUESTION)
+    assert result.trace["entities"] == [None, None] and result.triples == {}
+    assert [link["linked"] for link in result.trace["links"]] == [False, False]
+    assert all(link["similarity"] < 0.5 for link in result.trace["links"])
+    assert llm.usage.get("dtkg", "q2").events["unlinked_mention"] == 2
 
 
 def test_parallel_falls_back_to_the_draft_as_one_fact(scripted_llm):

@@ -91,8 +91,9 @@ def test_head_selection_is_index_cost(llm, index, hash_encoder, tokens_read, tmp
     steer = Steering(reader, rounds=1, read_top=2, num_heads=2, probes=6, probe_passages=3, cache_dir=tmp_path)
     retriever = HyperAddressRetriever(encoder=hash_encoder, steering=steer)
     retriever.retrieve(QUESTIONS, index, CORPUS, top_k=3)
-    (used,) = scored
-    assert used > 0
+    assert len(scored) == 2  # the selection half and the held-out half of the probes
+    used = sum(scored)
+    assert scored[0] > 0 and scored[1] > 0
     heads = retriever.index_llm_cost()[HEADS_TAG]
     assert heads.calls == used and llm.usage.by_question(HEADS_TAG).keys() == {None}  # outside any question
     assert all(retriever.llm_cost()[q.id].calls == 1 for q in QUESTIONS)  # not charged to the first question

@@ -1,8 +1,10 @@
 """The chained reasoning track (DTKG §3.3.2, Eqs. 9-14).
 
 1. The central entity ``e0``: named by the LLM, linked by Eq. 5. An empty
-   name falls back to the question's first linked seed of the index, else to
-   linking the question text (``central_fallback``).
+   name (``central_fallback``) or one that links to nothing
+   (``unlinked_mention``) falls back to the question's first linked seed of
+   the index (``seed_fallback``), else, for an empty name, to linking the
+   question text; with no entity at all there is no path (``no_path``).
 2. Expansion. The candidate relations of a path's last entity are its head
    and tail triples, ``R(e) = R_head(e) ∪ R_tail(e)`` (Eqs. 9-11), except
    those back to an entity already on the path. Each is scored against the
@@ -10,11 +12,16 @@
    OpenIE KG a relation phrase alone rarely pins the hop down); a path's score
    is the product of its relations' scores (Eq. 12).
 3. Depth-first expansion with the four constraints of §3.3.2: depth at most
-   ``max_depth``; relations scoring below θ dropped; when more than
-   ``select_trigger`` candidates remain, the LLM selects at most
-   ``select_max`` (its reply read as a JSON list of numbers; unreadable:
-   ``select_fallback`` and the width rule instead); otherwise the ``max_width``
-   best by path score. The width is per expansion step over all paths of the
+   ``max_depth``; relations scoring below θ dropped (a denoising step: Table
+   4's "w/o Denoise" is "without any filtering", so ``denoise="none"`` drops
+   θ too); when the step's candidate relations are more than
+   ``select_trigger`` ("when the candidate pool is excessive"), the LLM
+   selects at most ``select_max`` of the scored pool (its reply read as a JSON
+   list of numbers; unreadable: ``select_fallback`` and the width rule
+   instead); otherwise the ``max_width`` best by path score. "Excessive" is
+   judged on the candidate relations *before* scoring, so whether the LLM
+   selects does not depend on the scoring mode (Table 3 compares scorers, not
+   selection on/off). The width is per expansion step over all paths of the
    step, which is the O(D W) bound of App. A.7; so the DFS proceeds one layer
    of depth at a time, and the sufficiency check runs "after each expansion
    layer" (Eq. 13).
@@ -43,7 +50,7 @@ from glmrag.retrievers.dtkg import prompts
 from glmrag.retrievers.dtkg.evidence import TrackResult, relation_label, triple_text, triples_of
 from glmrag.retrievers.dtkg.linking import clean_mention
 from glmrag.retrievers.dtkg.rerank import read_order
-from glmrag.retrievers.dtkg.track import Track, first_line
+from glmrag.retrievers.dtkg.track import Track, first_line, link_trace
 
 
 @dataclass(frozen=True)
@@ -65,15 +72,23 @@ def path_score(relation_scores) -> float:
 
 class ChainTrack(Track):
     def central_entity(self, question: Question, index: KGIndex) -> int | None:
+        """``e0`` (step 1); records the link in ``self.central``."""
         name = clean_mention(
             self.llm.complete(prompts.central_entity(question.question), max_new_tokens=12, stop=["\n"])
         )
-        if not name:
-            self.llm.usage.count("central_fallback")
-            seeds = index.seeds(question.id)
-            if seeds:
-                return seeds[0]
-        link = self.linker(index).link(name or question.question)
+        linker = self.linker(index)
+        link = linker.link(name) if name else None
+        self.central = link_trace(index, name, linker.best(name) if name else None, link is not None)
+        if link is not None:
+            return link.entity
+        self.llm.usage.count("unlinked_mention" if name else "central_fallback")
+        seeds = index.seeds(question.id)
+        if seeds:
+            self.llm.usage.count("seed_fallback")
+            self.central["fallback"] = "seed"
+            return seeds[0]
+        link = linker.link(question.question) if not name else None
+        self.central["fallback"] = "question_text" if link is not None else "none"
         return None if link is None else link.entity
 
     def candidates(self, index: KGIndex, frontier: list[Path]) -> list[tuple[Path, int, int]]:
@@ -88,11 +103,12 @@ class ChainTrack(Track):
                     out.append((path, int(row), nxt))
         return out
 
-    def select(self, question: str, index: KGIndex, pool: list[tuple[Path, int, int, float]]) -> list:
-        """§3.3.2 (ii)/(iv): the LLM's choice of at most ``select_max`` when the pool is excessive, else the
-        ``max_width`` best. ``pool`` is sorted by path score, best first."""
+    def select(self, question: str, index: KGIndex, pool: list[tuple[Path, int, int, float]], excessive: bool) -> list:
+        """§3.3.2 (ii)/(iv): the LLM's choice of at most ``select_max`` when the step's candidates are
+        ``excessive`` (and any passed the screen), else the ``max_width`` best. ``pool`` is sorted by path
+        score, best first."""
         s = self.settings
-        if len(pool) > s.select_trigger:
+        if excessive and pool:
             texts = [triple_text(index, row) for _, row, _, _ in pool]
             reply = self.llm.complete(prompts.select_relations(question, texts, s.select_max), max_new_tokens=16)
             order = read_order(parse_json(reply, [], counter=self.llm.usage, expect=(list, tuple, int)), len(pool))
@@ -105,16 +121,27 @@ class ChainTrack(Track):
         """One layer: the chosen extensions of ``frontier``, best path score first (may be empty)."""
         cands = self.candidates(index, frontier)
         if not cands:
+            self.layers.append({"candidates": 0})
             return []
         scored = self.scorer.score(question.question, [triple_text(index, row) for _, row, _ in cands], rng)
         kept = [cands[p] for p in scored.positions]
         keep = self.denoiser.screen([relation_label(index, row) for _, row, _ in kept], scored.scores)
-        keep &= scored.scores >= self.settings.threshold  # §3.3.2 (iii), whatever the denoising mode
         pool = [(*c, float(v)) for c, v, k in zip(kept, scored.scores, keep, strict=True) if k]
-        pool.sort(key=lambda c: -c[0].score * c[3])  # stable: equal path scores keep the scorer's order
-        chosen = self.select(question.question, index, pool)
+        pool.sort(key=lambda c: -path_score([c[0].score, c[3]]))  # Eq. 12; stable: ties keep the scorer's order
+        excessive = len(cands) > self.settings.select_trigger
+        chosen = self.select(question.question, index, pool, excessive)
         necessary = self.denoiser.necessary(question.question, [triple_text(index, row) for _, row, _, _ in chosen])
         paths = [path.extend(row, nxt, v) for (path, row, nxt, v), ok in zip(chosen, necessary, strict=True) if ok]
+        self.layers.append(
+            {
+                "candidates": len(cands),
+                "scored": len(kept),
+                "screened": len(pool),
+                "llm_selection": excessive and bool(pool),
+                "chosen": len(chosen),
+                "necessary": len(paths),
+            }
+        )
         return sorted(paths, key=lambda p: -p.score)
 
     def sufficient(self, question: str, index: KGIndex, paths: list[Path]) -> bool:
@@ -127,6 +154,7 @@ class ChainTrack(Track):
 
     def run(self, question: Question, index: KGIndex, rng: np.random.Generator) -> TrackResult:
         s = self.settings
+        self.layers: list[dict] = []
         e0 = self.central_entity(question, index)
         layers: list[list[Path]] = []
         checks = 0
@@ -141,6 +169,8 @@ class ChainTrack(Track):
                 if self.sufficient(question.question, index, frontier):
                     break
         best = layers[-1][: s.answer_paths] if layers else []
+        if not best:
+            self.llm.usage.count("no_path")
         facts = [triple_text(index, r) for r in dict.fromkeys(row for p in best for row in p.triples)]
         answer = first_line(
             self.llm.complete(prompts.answer_from(question.question, facts), max_new_tokens=24, stop=["\n"])
@@ -153,5 +183,12 @@ class ChainTrack(Track):
         for p in best:
             for row in p.triples:
                 result.use(row, p.score)
-        result.trace = {"central": e0, "layers": layers, "checks": checks, "paths": best}
+        result.trace = {
+            "central": e0,
+            "central_link": self.central,
+            "layers": layers,
+            "triples": self.layers,
+            "checks": checks,
+            "paths": best,
+        }
         return result

@@ -28,11 +28,17 @@ FALLBACK_LABEL = "chained"
 class TrackRouter:
     def __init__(self, llm: LLM, mode: str) -> None:
         self.llm, self.mode = llm, mode
+        self.reason = ""
+        """Why the last :meth:`route` chose its track (for the trace): the classifier's reply, a fallback,
+        the fixed mode or the random draw."""
 
     def classify(self, question: str) -> str:
         """The classifier's track for ``question`` (one LLM call of a few tokens)."""
         text = self.llm.complete(prompts.classify(question), max_new_tokens=4, stop=["\n"])
+        readable = parse_choice(text, prompts.CLASS_CHOICES, None) is not None
         label = parse_choice(text, prompts.CLASS_CHOICES, FALLBACK_LABEL, counter=self.llm.usage)
+        reply = text.strip()[:40]
+        self.reason = f"classifier: {reply!r}" if readable else f"classifier fallback to chain: {reply!r}"
         return "chain" if label == "chained" else "parallel"
 
     def route(self, question: str, rng: np.random.Generator) -> str:
@@ -40,5 +46,7 @@ class TrackRouter:
         if self.mode == "auto":
             return self.classify(question)
         if self.mode == "random":
+            self.reason = "random draw"
             return TRACKS[int(rng.integers(2))]
+        self.reason = f"fixed mode {self.mode}"
         return self.mode

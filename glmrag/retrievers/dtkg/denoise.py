@@ -13,10 +13,12 @@ Two kinds of irrelevant relations (§3.4):
 
 The modes (Table 4):
 
-- ``none``: nothing is filtered;
+- ``none``: nothing is filtered, the chained track's θ (§3.3.2 (iii)) included:
+  Table 4's baseline is "without any filtering";
 - ``generic``: "fixed administrative rules and global thresholding without
   task-specific LLM judgment": Eq. 15 plus the global threshold θ on the
-  combined score, the same on both tracks;
+  combined score (:data:`~glmrag.retrievers.dtkg.settings.THRESHOLD`, whose value is chosen so that it
+  bites under every scoring mode), the same on both tracks;
 - ``task_aware`` (full): Eq. 15, θ, and Eq. 16; on the parallel track also the
   "cross-redundant" triples (the same triple among the top triples of several
   facts) are kept only for the fact they score highest with.

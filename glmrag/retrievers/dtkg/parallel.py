@@ -8,7 +8,9 @@ For a question ``Q``:
    (``json_fallback`` from the parser, plus ``decompose_fallback``);
 2. the subject of each fact (one batched call), linked to a KG entity by
    string similarity (Eq. 5, :class:`~glmrag.retrievers.dtkg.linking.EntityLinker`);
-   an empty subject links the fact's own text (``subject_fallback``);
+   an empty subject links the fact's own text (``subject_fallback``); a mention
+   below the linker's least similarity is unlinked (``unlinked_mention``) and
+   its fact gets no triples (kept as is, unverified);
 3. the subject's triples, head or tail, scored against the fact by the
    two-stage scorer (Eqs. 6-7), screened by the denoiser (§3.4), and the top
    ``verify_top`` kept as the fact's ``t*``;
@@ -33,7 +35,7 @@ from glmrag.llm.parse import parse_choice, parse_json
 from glmrag.retrievers.dtkg import prompts
 from glmrag.retrievers.dtkg.evidence import TrackResult, relation_label, triple_text, triples_of
 from glmrag.retrievers.dtkg.linking import clean_mention
-from glmrag.retrievers.dtkg.track import Track, first_line
+from glmrag.retrievers.dtkg.track import Track, first_line, link_trace
 
 
 class ParallelTrack(Track):
@@ -50,15 +52,23 @@ class ParallelTrack(Track):
     def evidence(
         self, question: Question, index: KGIndex, facts: list[str], rng: np.random.Generator
     ) -> tuple[list[int | None], list[list[tuple[int, float]]]]:
-        """Steps 2-3: each fact's linked entity and its top triples ``t*`` as (row, combined score), best first."""
+        """Steps 2-3: each fact's linked entity and its top triples ``t*`` as (row, combined score), best first.
+
+        Fills ``self.stages`` (links with their similarity, triples kept after each stage) for the trace.
+        """
         gens = self.llm.generate([prompts.subject(f) for f in facts], max_new_tokens=12, stop=["\n"])
         linker = self.linker(index)
         entities: list[int | None] = []
+        links = []
         for fact, g in zip(facts, gens, strict=True):
             mention = clean_mention(g.text)
             if not mention:
                 self.llm.usage.count("subject_fallback")
             link = linker.link(mention or fact)
+            if link is None:
+                self.llm.usage.count("unlinked_mention")
+            best = linker.best(mention or fact)
+            links.append(link_trace(index, mention or fact, best, link is not None))
             entities.append(None if link is None else link.entity)
         rows = [triples_of(index, e) if e is not None else np.zeros(0, dtype=np.int64) for e in entities]
         texts = [[triple_text(index, int(r)) for r in rs] for rs in rows]
@@ -68,11 +78,24 @@ class ParallelTrack(Track):
             kept = rs[s.positions]
             keep = self.denoiser.screen([relation_label(index, int(r)) for r in kept], s.scores)
             groups.append([(int(r), float(v)) for r, v in zip(kept[keep], s.scores[keep], strict=True)])
+        screened = [len(g) for g in groups]
         groups = [g[: self.settings.verify_top] for g in self.denoiser.cross_redundant(groups)]
+        top = [len(g) for g in groups]
         flat = [(i, row) for i, g in enumerate(groups) for row, _ in g]
         necessary = self.denoiser.necessary(question.question, [triple_text(index, row) for _, row in flat])
         dropped = {(i, row) for (i, row), ok in zip(flat, necessary, strict=True) if not ok}
-        return entities, [[(row, s) for row, s in g if (i, row) not in dropped] for i, g in enumerate(groups)]
+        final = [[(row, s) for row, s in g if (i, row) not in dropped] for i, g in enumerate(groups)]
+        self.stages = {
+            "links": links,
+            "triples": {
+                "candidates": [len(rs) for rs in rows],
+                "scored": [len(s.positions) for s in scored],
+                "screened": screened,
+                "top_k_after_cross_redundancy": top,
+                "necessary": [len(g) for g in final],
+            },
+        }
+        return entities, final
 
     def verify(self, index: KGIndex, facts: list[str], groups: list[list[tuple[int, float]]]) -> tuple[list, list]:
         """Step 4: (supported per fact: True / False / None when unverifiable, the final facts)."""
@@ -113,7 +136,7 @@ class ParallelTrack(Track):
         for group in groups:
             for row, score in group:
                 result.use(row, score)
-        result.trace = {
+        result.trace = self.stages | {
             "draft": draft,
             "facts": facts,
             "entities": entities,

@@ -91,6 +91,7 @@ class DTKGRetriever:
         answer_paths: int = defaults.ANSWER_PATHS,
         max_facts: int = defaults.MAX_FACTS,
         keywords: Sequence[str] = defaults.INVALID_KEYWORDS,
+        link_threshold: float = defaults.LINK_THRESHOLD,
         name: str = "dtkg",
         seed: int = 0,
         cache_dir: str | Path | None = None,
@@ -113,6 +114,7 @@ class DTKGRetriever:
             answer_paths=answer_paths,
             max_facts=max_facts,
             keywords=tuple(keywords),
+            link_threshold=link_threshold,
         )
         self.llm, self.name, self.seed = llm, name, seed
         self.reranker = make_reranker(reranker, llm)
@@ -134,7 +136,7 @@ class DTKGRetriever:
     def linker(self, index: KGIndex) -> EntityLinker:
         """Eq. 5 over ``index``'s entity names, built on first use and kept while the same index is passed."""
         if self._linker is None or self._linker[0] is not index:
-            self._linker = (index, EntityLinker(index.entities))
+            self._linker = (index, EntityLinker(index.entities, self.settings.link_threshold))
         return self._linker[1]
 
     def passage_cosines(self, questions: Sequence[Question], corpus: Corpus) -> np.ndarray:
@@ -151,7 +153,9 @@ class DTKGRetriever:
         rng = question_rng(self.seed, question.id)
         with self.llm.track(self.name, question.id):
             track = self.router.route(question.question, rng)
-            return self.tracks[track].run(question, index, rng)
+            result = self.tracks[track].run(question, index, rng)
+        result.trace["why"] = self.router.reason
+        return result
 
     def retrieve(self, questions: Sequence[Question], index: KGIndex, corpus: Corpus, top_k: int = 10) -> list[Ranking]:
         """Answer every question (filling :attr:`answers`) and rank the passages of the triples used first."""
@@ -173,3 +177,42 @@ class DTKGRetriever:
     def llm_cost(self) -> dict[str, Usage]:
         """LLM usage per question id of the last :meth:`retrieve` (DTKG Table 6's cost, measured)."""
         return dict(self._cost)
+
+    def traces(self) -> dict[str, dict]:
+        """Question id -> what DTKG did in the last :meth:`retrieve`: the track and why, the Eq. 5 links with
+        their similarity, the triples kept after each stage, the fallbacks taken (usage events) and the
+        triples used (row -> score)."""
+        out = {}
+        for qid, result in self.results.items():
+            t = result.trace
+            keep = ("why", "links", "central_link", "triples", "checks", "facts", "supported")
+            out[qid] = (
+                {"track": result.track}
+                | {k: t[k] for k in keep if k in t}
+                | {
+                    "fallbacks": dict(self._cost.get(qid, Usage()).events),
+                    "used": {int(r): round(v, 4) for r, v in result.triples.items()},
+                }
+            )
+        return out
+
+    def trace_summary(self) -> dict[str, dict]:
+        """Counts over :meth:`traces` for the report: the track distribution, why (classifier or fallback),
+        fallback events, unlinked mentions and questions that used no triple."""
+        traces = self.traces().values()
+        tracks: dict[str, int] = {}
+        fallbacks: dict[str, int] = {}
+        for t in traces:
+            tracks[t["track"]] = tracks.get(t["track"], 0) + 1
+            for name, n in t["fallbacks"].items():
+                fallbacks[name] = fallbacks.get(name, 0) + n
+        routed = {
+            "classifier": sum(t["why"].startswith("classifier:") for t in traces),
+            "classifier_fallback": sum(t["why"].startswith("classifier fallback") for t in traces),
+        }
+        return {
+            "tracks": tracks,
+            "routing": routed,
+            "fallbacks": fallbacks,
+            "questions_without_triples": {"count": sum(not t["used"] for t in traces)},
+        }

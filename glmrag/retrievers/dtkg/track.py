@@ -18,9 +18,19 @@ from glmrag.index.kg import KGIndex
 from glmrag.llm.base import LLM
 from glmrag.retrievers.dtkg.denoise import Denoiser
 from glmrag.retrievers.dtkg.evidence import TrackResult
-from glmrag.retrievers.dtkg.linking import EntityLinker
+from glmrag.retrievers.dtkg.linking import EntityLinker, Link
 from glmrag.retrievers.dtkg.scoring import TwoStageScorer
 from glmrag.retrievers.dtkg.settings import DTKGSettings
+
+
+def link_trace(index: KGIndex, mention: str, best: Link | None, linked: bool) -> dict:
+    """A trace entry of one Eq. 5 link: the mention, its best entity and similarity, and whether it linked."""
+    return {
+        "mention": mention,
+        "entity": index.entities[best.entity] if best is not None else None,
+        "similarity": round(best.similarity, 4) if best is not None else None,
+        "linked": linked,
+    }
 
 
 def first_line(text: str) -> str:

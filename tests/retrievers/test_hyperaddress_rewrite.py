@@ -1,0 +1,169 @@
+"""HyperAddress rewriting (Read the Route §4.2, App. A): a description is replaced, a named anchor never."""
+
+import re
+
+import numpy as np
+import pytest
+from transformers import AutoTokenizer
+
+from glmrag.data.types import Corpus, Passage, Question
+from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
+from glmrag.index.synthetic import build_kg
+from glmrag.retrievers.hyperaddress import HyperAddressRetriever
+from glmrag.retrievers.reader_pointers import Reader
+from glmrag.retrievers.rewrite import anchor_spans, candidate_spans, without_title
+from glmrag.retrievers.steering import Steering
+
+
+def spans_text(question, spans):
+    return [question[a:b] for a, b in spans]
+
+
+@pytest.mark.parametrize(
+    ("question", "anchor"),
+    [
+        ("Which company published Journal of Psychotherapy Integration?", "Journal of Psychotherapy Integration"),
+        ("In which country is the district where the Bubye River is found?", "Bubye River"),
+        ("Who founded the label of Paris Hilton in 2004?", "Paris Hilton"),
+        ('What is the genre of "the long goodbye" by the band?', '"the long goodbye"'),
+    ],
+)
+def test_no_candidate_span_touches_a_named_anchor(question, anchor):
+    start = question.index(anchor)
+    end = start + len(anchor)
+    spans = candidate_spans(question, 4, anchor_spans(question))
+    assert spans  # the question still has description words to rewrite
+    assert not any(a < end and start < b for a, b in spans), spans_text(question, spans)
+
+
+def test_anchors_cover_years_and_lower_case_titles():
+    question = "who was the director of the journal of psychotherapy integration in 1991"
+    anchors = spans_text(question, anchor_spans(question, titles=["Journal of Psychotherapy Integration"]))
+    assert "1991" in anchors and "journal of psychotherapy integration" in anchors
+    spans = spans_text(
+        question, candidate_spans(question, 4, anchor_spans(question, ["Journal of Psychotherapy Integration"]))
+    )
+    assert "the director" in spans and not any("journal" in s or "1991" in s for s in spans)
+    assert "of the" not in spans and "who was" not in spans  # function words alone are no description
+
+
+def test_title_prefix_is_not_part_of_the_description():
+    assert without_title("Journal X: It is published by APA.", "Journal X") == "It is published by APA."
+    assert without_title("Journal Y: It is published by APA.", "Journal X") == "Journal Y: It is published by APA."
+
+
+class WordEncoder:
+    """Bag of lower-case words (punctuation dropped), unit rows: the cosine is the word overlap; no model to load."""
+
+    def encode(self, texts):
+        bags = [re.findall(r"[a-z0-9]+", t.lower()) for t in texts]
+        out = np.zeros((len(texts), 512), dtype=np.float32)
+        for i, words in enumerate(bags):
+            for w in words:
+                out[i, hash_word(w)] += 1
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+
+def hash_word(word: str) -> int:
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "little") % 512
+
+
+# MuSiQue-like: sentence labels carry "{title}: ", so the title span matches the publisher's label in P0
+CORPUS = Corpus(
+    [
+        Passage.make(
+            "Journal of Psychotherapy Integration",
+            "Journal of Psychotherapy Integration is published by the American Psychological Association.",
+        ),
+        Passage.make(
+            "American Psychological Association",
+            "The American Psychological Association is the largest association of psychologists in Washington.",
+        ),
+        Passage.make("Washington", "Washington is the capital of the United States."),
+    ]
+)
+MENTIONS = [
+    ["journal of psychotherapy integration", "american psychological association"],
+    ["american psychological association", "psychologists", "washington"],
+    ["washington", "united states"],
+]
+NAMES = list(dict.fromkeys(m for ms in MENTIONS for m in ms))
+QUESTION = Question(
+    "q",
+    "Where is the largest association of psychologists that publishes Journal of Psychotherapy Integration?",
+    ("Washington",),
+    (),
+)
+
+
+def index():
+    kg = build_kg([], len(NAMES), [[NAMES.index(m) for m in ms] for ms in MENTIONS], passage_ids=CORPUS.ids)
+    kg.entities[:] = NAMES
+    return kg
+
+
+@pytest.fixture(scope="module")
+def reader(tiny_llama):
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(DEFAULT_MODEL))
+    return Reader(tiny_llama(tokenizer.vocab_size, max_position_embeddings=512), tokenizer, "tiny-llama-test")
+
+
+def steered(reader, question=QUESTION, **kw):
+    kw = {
+        "rounds": 2,
+        "read_top": 3,
+        "heads": [(0, 0), (1, 2)],
+        "rewrite_candidates": 10,
+        "rewrite_threshold": 0.5,
+    } | kw
+    steering = Steering(reader, **kw)
+    retriever = HyperAddressRetriever(encoder=WordEncoder(), steering=steering, restart_top=5)
+    retriever.retrieve([question], index(), CORPUS, top_k=3)
+    return retriever, steering
+
+
+def test_rewrite_replaces_the_description_and_keeps_the_title(reader):
+    _, steering = steered(reader)
+    before, after = steering.rewrites["q"]
+    assert before == QUESTION.question
+    assert "Journal of Psychotherapy Integration" in after  # the named anchor stays
+    assert after.startswith("Where American Psychological Association") and after.endswith(
+        "that publishes Journal of Psychotherapy Integration?"
+    )
+    rewrite = steering.traces["q"]["rounds"][0]["rewrite"]
+    assert rewrite["span"] in "is the largest association of psychologists" and rewrite["before"] == before
+    assert rewrite["cosine"] >= 0.5 and not rewrite["label"].startswith("American Psychological Association:")
+
+
+def test_a_question_of_anchors_only_is_never_rewritten(reader):
+    question = Question("q", "Journal of Psychotherapy Integration American Psychological Association?", ("x",), ())
+    _, steering = steered(reader, question, rewrite_threshold=0.0)
+    assert steering.rewrites["q"] == [question.question]
+    assert steering.traces["q"]["rounds"][0]["rewrite"] == "none"
+
+
+def test_the_rewritten_question_restarts_with_weight_two(reader, monkeypatch):
+    restarts = []
+    pagerank = HyperAddressRetriever.pagerank
+
+    def recording(self, graph, weights, r_p, r_e):
+        restarts.append((r_p.copy(), r_e.copy()))
+        return pagerank(self, graph, weights, r_p, r_e)
+
+    monkeypatch.setattr(HyperAddressRetriever, "pagerank", recording)
+    retriever, steering = steered(reader, pointer_weight=0.0)  # pointer terms weigh 0: question + rewrite only
+    before, after = steering.rewrites["q"]
+    hyper = retriever.prepare(index(), CORPUS)
+    q_p, q_e = retriever.restart_for(hyper, [before])
+    w_p, w_e = retriever.restart_for(hyper, [after])
+    final_p, final_e = restarts[-1]
+    assert final_p == pytest.approx((q_p[:, 0] + 2 * w_p[:, 0]) / 3)  # App. A: "weighted 2"
+    assert final_e == pytest.approx((q_e[:, 0] + 2 * w_e[:, 0]) / 3)
+
+
+def test_rewrite_needs_two_rounds():
+    with pytest.raises(ValueError, match="rewrite=True with rounds=1"):
+        Steering(None, rounds=1, rewrite=True)
+    assert Steering(None, rounds=1).rewrite is False and Steering(None, rounds=2).rewrite is True
