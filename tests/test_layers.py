@@ -21,7 +21,7 @@ import pytest
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "glmrag"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("io",),  # shared file helpers (atomic writes, the cache root), used by every floor
+    ("io", "progress"),  # shared file helpers (atomic writes, the cache root) and progress lines, used by every floor
     ("data",),
     ("llm",),
     ("index",),
@@ -30,7 +30,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models",),
     ("retrievers",),
     ("qa", "eval"),
-    ("jobs", "pipeline", "training", "report"),  # the entry floor: the jobs train.py and eval.py call
+    # the entry floor: the jobs train.py and eval.py call, and the Python API over them
+    ("jobs", "pipeline", "training", "report", "api", "cli", "config_check", "config_path", "wandb_logging"),
 )
 """Floors, lowest first, by the first name below ``glmrag`` (a subpackage or a top-level module)."""
 
