@@ -1,7 +1,7 @@
 """Ships the top-level ``configs/`` inside the wheel as ``glmrag/configs`` (the rest is in pyproject.toml).
 
 The configs stay at the top of the repository (Hydra's layout); a non-editable install finds the copy
-through :func:`glmrag.config_path.config_dir`.
+through :func:`glmrag.jobs.config_path.config_dir`.
 """
 
 import shutil

@@ -5,7 +5,7 @@ python train.py experiment=gfm_rag_plus trainer=gpu      # paper-size GFM-RAG+
 python train.py experiment=gfm_rag_plus ckpt_path=checkpoints/<run>/last.ckpt   # resume a killed run
 """
 
-from glmrag.cli import train as main
+from glmrag.jobs.cli import train as main
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,7 @@
 """Training throughput of GFM-RAG+ and the GLM on one GPU: questions/s, peak memory, validation Recall@2.
 
 Each system trains for ``--steps`` optimizer steps on the embedded MuSiQue-100 training questions
-through the project's own training job (:func:`glmrag.training.fit`: the Hydra config of its
+through the project's own training job (:func:`glmrag.jobs.train.fit`: the Hydra config of its
 experiment, the DataModule, the LightningModule and the Lightning Trainer, one device, bf16-mixed),
 with validation and checkpoints off while it is timed. A callback (:class:`ThroughputMeter`) takes
 the wall time from the end of step ``--warmup`` to the end of the last step (CUDA synchronised), so
@@ -43,7 +43,7 @@ from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from glmrag.io import atomic_write_text
-from glmrag.training import fit, num_parameters
+from glmrag.jobs.train import fit, num_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "gpu_train_throughput.json"

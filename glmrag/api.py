@@ -7,7 +7,7 @@
 >>> print(table.to_markdown())
 >>> glmrag.retrieve(glmrag.get_retriever("ppr"), ["Who founded X?"], index, data)   # your own questions
 
-Each call is the one the evaluation job (:mod:`glmrag.pipeline`) makes: the same
+Each call is the one the evaluation job (:mod:`glmrag.jobs.evaluate`) makes: the same
 registry, index cache, retriever configs (``configs/retriever/<name>.yaml``) and
 evaluator, so a table here equals ``eval.py``'s on the same settings.
 """
@@ -22,7 +22,6 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from glmrag.config_path import config_dir
 from glmrag.data.files import load_files, register_files
 from glmrag.data.registry import DATASETS, load_dataset
 from glmrag.data.types import Dataset, Question
@@ -32,6 +31,7 @@ from glmrag.index.cache import get_index
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
 from glmrag.io import cache_root
+from glmrag.jobs.config_path import config_dir
 from glmrag.retrievers.base import Ranking, Retriever
 
 __all__ = ["Table", "build_index", "evaluate_systems", "get_retriever", "load_data", "retrieve"]

@@ -13,8 +13,9 @@ import os
 import re
 import signal
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -228,3 +229,14 @@ def children_die_with_parent() -> None:
 
 
 _fork_parent = [0]
+
+
+def plain_container(value: Any) -> Any:
+    """``value`` with every mapping turned into a ``dict`` and every non-string sequence into a ``list``, all
+    the way down: a config node (an OmegaConf ``DictConfig`` is a mapping, its interpolations resolved as they
+    are read) becomes plain data that a checkpoint stores and ``weights_only`` loading reads back."""
+    if isinstance(value, Mapping):
+        return {str(k): plain_container(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [plain_container(v) for v in value]
+    return value

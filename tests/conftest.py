@@ -8,6 +8,7 @@ out; ``-m llm`` or ``-m integration`` selects it. ``.ci/run`` runs those as late
 import pytest
 
 from glmrag.index.synthetic import build_kg, random_kg
+from glmrag.jobs import config_path  # noqa: F401  (registers the ${glmrag_cache:} resolver the configs use)
 
 IMPLIES_SLOW = ("llm", "integration")
 """Markers whose tests count as ``slow`` in ``-m`` expressions (see the module docstring)."""

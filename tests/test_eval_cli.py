@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from glmrag.pipeline import run_eval
+from glmrag.jobs.evaluate import run_eval
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,7 +68,7 @@ def _scripted_reader(monkeypatch, llm):
     """Build the reader from the composed ``reader`` node with ``llm`` in place of its configured LLM."""
     import hydra
 
-    from glmrag import pipeline
+    from glmrag.jobs import evaluate as pipeline
 
     monkeypatch.setattr(pipeline, "make_reader", lambda node: hydra.utils.instantiate(node, llm=llm))
 

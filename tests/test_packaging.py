@@ -38,8 +38,9 @@ def test_glmrag_eval_from_a_non_editable_install_in_a_fresh_venv(tmp_path):
 
     elsewhere = tmp_path / "work"  # no configs/ folder here: Hydra must read the package's copy
     elsewhere.mkdir()
+    show = "import glmrag, glmrag.jobs.config_path as c; print(glmrag.__file__); print(c.config_dir())"
     where = subprocess.run(
-        [str(python), "-c", "import glmrag, glmrag.config_path as c; print(glmrag.__file__); print(c.config_dir())"],
+        [str(python), "-c", show],
         check=True,
         cwd=elsewhere,
         capture_output=True,

@@ -6,8 +6,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 
-import glmrag.config_path  # noqa: F401  (registers the resolver, as train.py's import of glmrag does)
-from glmrag.config_path import run_suffix
+import glmrag.jobs.config_path  # noqa: F401  (registers the resolver, as train.py's import of glmrag does)
+from glmrag.jobs.config_path import run_suffix
 
 ROOT = Path(__file__).resolve().parents[1]
 

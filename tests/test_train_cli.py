@@ -8,8 +8,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from glmrag.jobs.train import evaluation_config, resolve_wandb_mode, run_train, wandb_logged_in
 from glmrag.models.gnn_module import GNNRetrieverModule
-from glmrag.training import evaluation_config, resolve_wandb_mode, run_train, wandb_logged_in
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("study_*.yaml"))

@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from glmrag.training import resolve_wandb_mode, run_train
+from glmrag.jobs.train import resolve_wandb_mode, run_train
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["model.hidden_channels=8", "model.num_layers=1", "data.limit=8", "logger=[wandb]", "n_boot=50"]
+OFFLINE = ["index.embed_model=offline:all-MiniLM-L6-v2", "index.embed_dim=384"]  # the paper configs name mpnet
+TINY = ["model.hidden_channels=8", "model.num_layers=1", "data.limit=8", "logger=[wandb]", "n_boot=50", *OFFLINE]
 
 
 @pytest.fixture
@@ -34,6 +35,7 @@ def run_ids(folder: Path) -> list[str]:
     return sorted(p.name.rsplit("-", 1)[1] for p in folder.glob("wandb/offline-run-*"))
 
 
+@pytest.mark.integration  # two musique100 training jobs
 def test_each_job_in_one_process_logs_its_own_run_with_tables_and_checkpoint(glmrag_cache, tmp_path, offline):
     first = job(tmp_path, "a", ["experiment=demo", "trainer.max_epochs=1", "retriever@baselines=[ppr]"])
     job(tmp_path, "b", ["experiment=demo", "+trainer.fast_dev_run=true"])  # jobs 2..N of a multirun
@@ -51,6 +53,7 @@ def test_each_job_in_one_process_logs_its_own_run_with_tables_and_checkpoint(glm
     assert len(rankings["data"]) == 2 * n_test and rankings["columns"][:3] == ["system", "question_id", "top_passages"]
 
 
+@pytest.mark.integration  # KG-completion pretraining, then fine-tuning, on musique100
 def test_fine_tuning_after_kg_completion_pretraining_logs_its_own_run(glmrag_cache, tmp_path, offline):
     job(tmp_path, "g", ["experiment=gfm_rag", "+trainer.fast_dev_run=true", "evaluate=false"])
     (pre,), (fine,) = run_ids(tmp_path / "g" / "pretrain"), run_ids(tmp_path / "g")

@@ -13,16 +13,18 @@ answers are given, cover every question.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from glmrag.data.types import Question
 from glmrag.eval import breakdowns as bd
-from glmrag.eval.metrics import DEFAULT_KS, qa_metrics, retrieval_metric_names, retrieval_metrics
+from glmrag.eval.metrics import qa_metrics
 from glmrag.eval.report import format_markdown, write_outputs  # re-exported
-from glmrag.eval.significance import LEVEL, N_BOOT, Comparison, Interval, bootstrap_ci, compare_to_reference
+from glmrag.eval.result import EvalResult
+from glmrag.eval.significance import LEVEL, N_BOOT, bootstrap_ci, compare_to_reference
 from glmrag.index.kg import KGIndex
+from glmrag.index.ranking_metrics import DEFAULT_KS, retrieval_metric_names, retrieval_metrics
 from glmrag.retrievers.base import Ranking
 
 __all__ = ["EvalResult", "evaluate", "format_markdown", "write_outputs"]
@@ -32,31 +34,6 @@ ANALYSIS_METRICS = ("entity_cosine", "entity_hops")
 GROUPINGS = ("n_supporting", "hops", "depth", "density")
 TOP_PASSAGES = 10
 """Ranked passage ids kept per question in ``per_question.jsonl`` (more if a k is larger)."""
-
-
-@dataclass
-class EvalResult:
-    """Everything :func:`evaluate` measured; plain data, written by :mod:`glmrag.eval.report`."""
-
-    systems: list[str]
-    reference: str | None
-    ks: tuple[int, ...]
-    question_ids: list[str]
-    """All questions, in the order given."""
-    per_question: dict[str, list[dict]]
-    """System -> one row per question (question order): ids, top passages, buckets, metrics (None = undefined)."""
-    overall: dict[str, dict[str, Interval]]
-    """System -> metric -> mean with 95% paired bootstrap CI over the questions where it is defined."""
-    breakdowns: dict[str, dict[str, dict[str, dict]]]
-    """Grouping -> system -> bucket -> {"n": size, metric: mean}, over questions with gold passages."""
-    significance: list[Comparison]
-    """Paired tests of each system vs the reference, Holm-corrected (empty without a reference)."""
-    counts: dict[str, int]
-    """``questions``, ``evaluated`` (with gold passages) and ``excluded_no_gold``."""
-    metric_names: list[str]
-    """Metrics present, in report order."""
-    settings: dict = field(default_factory=dict)
-    """n_boot, seed, level, test, tested metrics, entity_k: what a reader needs to reproduce the numbers."""
 
 
 def _align(

@@ -30,7 +30,7 @@ from glmrag.eval.traces import summary_lines
 from glmrag.io import atomic_write_text
 
 if TYPE_CHECKING:
-    from glmrag.eval.evaluator import EvalResult
+    from glmrag.eval.result import EvalResult
 
 _LABELS = {
     "mrr": "MRR",

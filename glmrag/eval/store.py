@@ -1,4 +1,4 @@
-"""The results store: one folder per run under a study's results folder, read back by ``glmrag.report``.
+"""The results store: one folder per run under a study's results folder, read back by ``glmrag.jobs.report``.
 
 ``train.py`` and ``eval.py`` each file their run under ``results_dir`` (``results/<study>``)::
 
@@ -28,7 +28,7 @@ from glmrag.eval.report import metrics_json
 from glmrag.io import atomic_write_text, default_mode
 
 if TYPE_CHECKING:
-    from glmrag.eval.evaluator import EvalResult
+    from glmrag.eval.result import EvalResult
 
 METRICS_FILE = "metrics.json"
 CONFIG_FILE = "config.yaml"

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from glmrag.eval.evaluator import EvalResult
+    from glmrag.eval.result import EvalResult
 
 INDEX_COST_FIELDS = ("calls", "prompt_tokens", "generated_tokens", "seconds")
 """:class:`glmrag.llm.base.Usage` fields reported for the index cost."""

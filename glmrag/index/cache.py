@@ -15,9 +15,6 @@ from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
-
 from glmrag.data.types import Dataset
 from glmrag.index.build import IndexSettings, expected_manifest
 from glmrag.index.embed import Embedder
@@ -27,14 +24,10 @@ from glmrag.index.extractors.openie_import import OpenIEImportExtractor
 from glmrag.index.extractors.spacy_extractor import SpacyExtractor
 from glmrag.index.kg import KGIndex
 from glmrag.index.store import load_or_build
-from glmrag.io import cache_root
-from glmrag.llm.base import LLM
+from glmrag.llm.base import LLM, build_llm
 
 log = logging.getLogger(__name__)
 
-# Configs name cache folders as ${glmrag_cache:embeddings}, resolved when the job runs.
-if not OmegaConf.has_resolver("glmrag_cache"):
-    OmegaConf.register_new_resolver("glmrag_cache", lambda sub="": str(cache_root() / sub))
 
 
 PASSAGES_PER_PROCESS = 1000
@@ -52,13 +45,13 @@ def make_extractor(
     kind: str,
     dataset: Dataset,
     spacy_processes: int | None = 1,
-    llm: LLM | DictConfig | Mapping | None = None,
+    llm: LLM | Mapping | None = None,
     llm_openie: Mapping | None = None,
 ) -> Extractor:
     """``openie``: the dataset's own HippoRAG OpenIE file; ``spacy``: the offline extractor; ``llm``: LLM OpenIE.
 
-    For ``llm``, ``llm`` is the index config's ``llm`` node (built with ``hydra.utils.instantiate``) or an
-    :class:`~glmrag.llm.base.LLM` already built, and ``llm_openie`` the keyword arguments of
+    For ``llm``, ``llm`` is the index config's ``llm`` mapping (built with :func:`~glmrag.llm.base.build_llm`)
+    or an :class:`~glmrag.llm.base.LLM` already built, and ``llm_openie`` the keyword arguments of
     :class:`~glmrag.index.extractors.llm_openie.LLMOpenIEExtractor` (``cache_dir``, ``batch_size``, ...).
     """
     if kind == "openie":
@@ -77,14 +70,13 @@ def make_extractor(
                 f"index.extractor=llm for dataset {dataset.name}, but the index config has no llm node; "
                 "use index=llm_openie (configs/index/llm_openie.yaml) or add one, e.g. +llm@index.llm=local"
             )
-        if not isinstance(llm, LLM):
-            llm = hydra.utils.instantiate(llm)
+        llm = build_llm(llm)
         options = dict(llm_openie or {})
         return LLMOpenIEExtractor(llm, **options)
     raise ValueError(f"unknown index.extractor {kind!r}; expected 'openie', 'spacy' or 'llm'")
 
 
-def index_settings(cfg: DictConfig | Mapping) -> IndexSettings:
+def index_settings(cfg: Mapping) -> IndexSettings:
     """The :class:`IndexSettings` of an index config: every field the config sets, the defaults for the rest."""
     return IndexSettings(**{f.name: cfg[f.name] for f in fields(IndexSettings) if f.name in cfg})
 
@@ -93,25 +85,25 @@ _READY: set[Path] = set()
 """Index folders already reported ready in this process (the job and its DataModules share an index)."""
 
 
-def get_index(dataset: Dataset, cfg: DictConfig) -> KGIndex:
+def get_index(dataset: Dataset, cfg: Mapping) -> KGIndex:
     """The index of the whole dataset (all questions, so every split shares it), cached on disk.
 
     The folder name carries a hash of everything that decides the index, so
     ablations over index settings coexist; a stale or corrupt folder is rebuilt.
     """
     extractor = make_extractor(
-        cfg.extractor, dataset, cfg.get("spacy_processes", 1), cfg.get("llm"), cfg.get("llm_openie")
+        cfg["extractor"], dataset, cfg.get("spacy_processes", 1), cfg.get("llm"), cfg.get("llm_openie")
     )
     cache_dir = cfg.get("embed_cache_dir")
     settings = index_settings(cfg)
     expect = expected_manifest(dataset.corpus, dataset.qa, extractor, settings)
     key = hashlib.sha256(json.dumps(expect, sort_keys=True).encode()).hexdigest()[:10]
-    root = Path(cfg.cache_dir).expanduser()
+    root = Path(cfg["cache_dir"]).expanduser()
     folder = root / f"{dataset.name}-{extractor.name}-{key}"
     embedder = Embedder(settings.embed_model, cache_dir=cache_dir) if settings.embed_model else None
     start = time.perf_counter()
     index = load_or_build(
-        folder, dataset.corpus, dataset.qa, extractor, embedder, settings, rebuild=True if cfg.rebuild else None
+        folder, dataset.corpus, dataset.qa, extractor, embedder, settings, rebuild=True if cfg.get("rebuild") else None
     )
     level = logging.DEBUG if folder in _READY else logging.INFO
     _READY.add(folder)

@@ -26,13 +26,14 @@ ends in seconds (scoring the rest as failed) instead of retrying every question.
 
 from __future__ import annotations
 
+import importlib
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Message = dict[str, str]
 """A chat message: ``{"role": "system" | "user" | "assistant", "content": str}``."""
@@ -315,3 +316,23 @@ class LLM(ABC):
     def _generate(
         self, prompts: list[Prompt], max_new_tokens: int, temperature: float, stop: list[str]
     ) -> list[Generation]: ...
+
+
+def build_llm(spec: LLM | Mapping[str, Any]) -> LLM:
+    """``spec`` itself when it is an :class:`LLM`, else the LLM a config mapping describes:
+    ``{"_target_": "glmrag.llm.local.LocalLLM", **keyword arguments}`` (the form of ``configs/llm/*.yaml``).
+
+    Lower floors build the LLM of a plain mapping with this instead of Hydra's ``instantiate``; the target must
+    be a subclass of :class:`LLM`.
+    """
+    if isinstance(spec, LLM):
+        return spec
+    kwargs = dict(spec)
+    target = kwargs.pop("_target_", None)
+    if not isinstance(target, str) or "." not in target:
+        raise ValueError(f"an LLM config needs _target_: <module>.<LLM class> (configs/llm/*.yaml), got {target!r}")
+    module, _, name = target.rpartition(".")
+    cls = getattr(importlib.import_module(module), name, None)
+    if not (isinstance(cls, type) and issubclass(cls, LLM)):
+        raise ValueError(f"_target_ {target!r} is not an LLM class (a subclass of glmrag.llm.base.LLM)")
+    return cls(**kwargs)

@@ -43,7 +43,6 @@ from typing import Any
 import numpy as np
 import torch
 from lightning import LightningDataModule
-from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader, DistributedSampler
 
 from glmrag.data.registry import load_dataset
@@ -52,7 +51,7 @@ from glmrag.index.cache import get_index
 from glmrag.index.embed import DEFAULT_MODEL, Embedder
 from glmrag.index.kg import KGIndex
 from glmrag.index.store import SAVED_ONLY_KEYS
-from glmrag.io import atomic_write_bytes, cache_root
+from glmrag.io import atomic_write_bytes, cache_root, plain_container
 from glmrag.nn.graph_inputs import GraphInputs, graph_inputs, seed_weights
 
 log = logging.getLogger(__name__)
@@ -127,14 +126,14 @@ def cached_question_embeddings(
 # --- Sampling -----------------------------------------------------------------------------------------
 
 
-def dataset_index_config(index_cfg: Mapping[str, Any], name: str) -> DictConfig:
+def dataset_index_config(index_cfg: Mapping[str, Any], name: str) -> dict[str, Any]:
     """The index config of dataset ``name``: ``extractor`` may map each training dataset to its extractor."""
     cfg = dict(index_cfg)
     if isinstance(cfg.get("extractor"), Mapping):
         if name not in cfg["extractor"]:
             raise ValueError(f"index.extractor maps {sorted(cfg['extractor'])} but not dataset {name!r}; add it")
         cfg["extractor"] = cfg["extractor"][name]
-    return OmegaConf.create(cfg)
+    return cfg
 
 
 class KGBatchSampler(DistributedSampler):
@@ -318,7 +317,7 @@ class KGDataModule(LightningDataModule):
         datasets = [datasets] if isinstance(datasets, str) else [str(d) for d in datasets]
         if len(set(datasets)) != len(datasets) or not datasets:
             raise ValueError(f"datasets must be distinct registry names, got {datasets}")
-        index = OmegaConf.to_container(index, resolve=True) if isinstance(index, DictConfig) else dict(index)
+        index = plain_container(index)
         return datasets, index
 
     def index(self, kg: str) -> KGIndex:
@@ -337,7 +336,7 @@ class KGDataModule(LightningDataModule):
             questions = fraction_of(questions, hp.train_fraction, hp.seed)
         return questions
 
-    def _index_cfg(self, name: str) -> DictConfig:
+    def _index_cfg(self, name: str) -> dict[str, Any]:
         return dataset_index_config(self.hparams.index, name)
 
     def set_device_batch_size(self) -> None:

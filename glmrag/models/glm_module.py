@@ -38,12 +38,12 @@ from transformers import T5Config
 
 from glmrag.graph.levi import POSITION_CONFLICTS, POSITION_MODES
 from glmrag.index.embed import DEFAULT_MODEL
+from glmrag.index.ranking import DOC_RANKER_ENTITIES, rank_passages
 from glmrag.models.glm_inputs import load_tokenizer
 from glmrag.models.losses import gfm_rag_loss
 from glmrag.models.retriever_module import RetrieverModule
 from glmrag.nn.glm import GLMEncoder
 from glmrag.nn.glm_retriever import GLMInputs, GLMRetriever
-from glmrag.retrievers.entity_ranking import DOC_RANKER_ENTITIES, rank_passages
 
 HEAD_LR = 5e-4
 """GLM-RAG Table 14: learning rate of the entity scorer and question projection."""

@@ -10,8 +10,8 @@ size and epochs belong to the DataModule and the Trainer). A fine-tuning run
 starts from pretrained weights with ``init_from``.
 
 Validation and test rank passages from the entity logits with the evaluator's
-document ranker (:func:`~glmrag.retrievers.entity_ranking.rank_passages`) and
-score them with :func:`glmrag.eval.metrics.retrieval_metrics`, so
+document ranker (:func:`~glmrag.index.ranking.rank_passages`) and
+score them with :func:`glmrag.index.ranking_metrics.retrieval_metrics`, so
 ``val/recall@2`` is the number the evaluator reports for a
 :class:`~glmrag.retrievers.checkpoint.CheckpointRetriever` of this module on
 the same questions (passage lists of ``max(ks)``; questions without gold
@@ -49,13 +49,13 @@ from torch import nn
 from glmrag.graph.subgraph import MAX_HOPS, Subgraph, select_subgraph
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
+from glmrag.index.ranking import DOC_RANKER_ENTITIES, rank_passages
 from glmrag.models.glm_inputs import SubgraphSettings
 from glmrag.models.losses import gfm_rag_loss
 from glmrag.models.retriever_module import RetrieverModule
 from glmrag.nn.gnn import GNNConfig, QueryGNN, SubgraphBatch
 from glmrag.nn.graph_inputs import GraphInputs
 from glmrag.nn.kgc import ADVERSARIAL_TEMPERATURE, NUM_NEGATIVES, kgc_loss, sample_kgc_batch
-from glmrag.retrievers.entity_ranking import DOC_RANKER_ENTITIES, rank_passages
 
 STAGES = ("qa", "kgc")
 LEARNING_RATE = 5e-4

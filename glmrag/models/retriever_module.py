@@ -3,7 +3,7 @@ the best-epoch tracker and the optimizer.
 
 A subclass supplies ``model_step(batch) -> (loss, logits)`` and ``ranked_passages(batch, logits)``, the
 passage ids it ranks for each row, best first. Validation and test then score those lists with
-:func:`glmrag.eval.metrics.retrieval_metrics` (lists of ``max(ks)`` passages; rows that are padding or
+:func:`glmrag.index.ranking_metrics.retrieval_metrics` (lists of ``max(ks)`` passages; rows that are padding or
 have no gold passage are left out, as the evaluator does), so ``val/recall@2`` is the number the
 evaluator reports for a checkpoint retriever of the module on the same questions.
 
@@ -22,8 +22,8 @@ from lightning import LightningModule
 from torch import nn
 from torchmetrics import MaxMetric, MeanMetric, Metric
 
-from glmrag.eval.metrics import retrieval_metrics
-from glmrag.retrievers.entity_ranking import RANKERS
+from glmrag.index.ranking import RANKERS
+from glmrag.index.ranking_metrics import retrieval_metrics
 
 BEST_METRIC = "recall@2"
 """The headline metric (GLM-RAG §5) whose best value is logged as ``val/recall@2_best``."""

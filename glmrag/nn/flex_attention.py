@@ -71,7 +71,7 @@ from torch.nn.attention import flex_attention as _flex_module
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 if TYPE_CHECKING:
-    from glmrag.nn.glm import GraphAttentionBias
+    from glmrag.nn.attention_bias import GraphAttentionBias
 
 __all__ = [
     "cpu_flex_backward",

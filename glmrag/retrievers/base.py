@@ -8,29 +8,12 @@ the same questions.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from glmrag.data.types import Corpus, Question
 from glmrag.index.kg import KGIndex
+from glmrag.index.ranking import Ranking  # the protocol's result type (defined below the models floor)
 from glmrag.llm.base import Usage
-
-
-@dataclass
-class Ranking:
-    """Ranked passages (best first) for one question, and optionally ranked entities."""
-
-    question_id: str
-    passage_ids: list[str]
-    passage_scores: list[float]
-    entity_ids: list[int] | None = None
-    entity_scores: list[float] | None = None
-
-    def __post_init__(self) -> None:
-        if len(self.passage_ids) != len(self.passage_scores):
-            raise ValueError(
-                f"question {self.question_id}: {len(self.passage_ids)} passages but {len(self.passage_scores)} scores"
-            )
 
 
 @runtime_checkable

@@ -4,7 +4,7 @@
 checkpoint with Lightning's ``load_from_checkpoint`` (``torch.load`` with
 ``weights_only``: tensors and plain values only), scores every entity of the
 index for each question, and ranks passages with the same document ranker
-(:func:`~glmrag.retrievers.entity_ranking.rank_passages`) that the module's
+(:func:`~glmrag.index.ranking.rank_passages`) that the module's
 validation uses, so the evaluator reproduces ``val/recall@k``.
 
 A checkpoint trained with ``max_triplets`` (GFM-RAG* restricted to the GLM's
@@ -23,12 +23,12 @@ import torch
 from glmrag.data.types import Corpus, Question
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
+from glmrag.index.ranking import DOC_RANKER_ENTITIES, make_rankings, rank_passages, top_k_stable
 from glmrag.io import load_checkpoint_dict, local_checkpoint
 from glmrag.models.datamodule import cached_graph_inputs, default_inputs_cache_dir
 from glmrag.models.gnn_module import GNNRetrieverModule, question_subgraphs, subgraph_batch
 from glmrag.nn.graph_inputs import GraphInputs, seed_weights
 from glmrag.retrievers.base import Ranking
-from glmrag.retrievers.entity_ranking import DOC_RANKER_ENTITIES, make_rankings, rank_passages, top_k_stable
 from glmrag.retrievers.glm_checkpoint import GLMCheckpointRetriever
 
 MODEL_HPARAMS = ("embed_model", "t5", "tokenizer")

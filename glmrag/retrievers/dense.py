@@ -19,9 +19,9 @@ import numpy as np
 from glmrag.data.types import Corpus, Passage, Question
 from glmrag.index.embed import DEFAULT_MODEL, Embedder
 from glmrag.index.kg import KGIndex
+from glmrag.index.ranking import make_rankings, top_k_stable
 from glmrag.io import load_cached_array, write_cache_array
 from glmrag.retrievers.base import Ranking
-from glmrag.retrievers.entity_ranking import make_rankings, top_k_stable
 
 log = logging.getLogger(__name__)
 

@@ -16,12 +16,12 @@ import torch
 from glmrag.data.types import Corpus, Question
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
+from glmrag.index.ranking import make_rankings, rank_passages, top_k_stable
 from glmrag.io import local_checkpoint
 from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
 from glmrag.models.glm_module import GLMRetrieverModule, entity_scores
 from glmrag.nn.glm_retriever import GLMInputs
 from glmrag.retrievers.base import Ranking
-from glmrag.retrievers.entity_ranking import make_rankings, rank_passages, top_k_stable
 
 
 class GLMCheckpointRetriever:

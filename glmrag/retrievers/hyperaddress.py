@@ -56,11 +56,11 @@ from glmrag.data.types import Corpus, Question
 from glmrag.graph.hypergraph import Describer, Hypergraph, SentenceDescriber, index_mentions, index_passages
 from glmrag.index.embed import DEFAULT_MODEL, Embedder
 from glmrag.index.kg import KGIndex
+from glmrag.index.ranking import make_rankings, top_k_stable
 from glmrag.io import load_cached_array, write_cache_array
 from glmrag.llm.base import Usage
 from glmrag.progress import progress
 from glmrag.retrievers.base import Ranking
-from glmrag.retrievers.entity_ranking import make_rankings, top_k_stable
 from glmrag.retrievers.llm_descriptions import USAGE_TAG as DESCRIPTIONS_TAG
 from glmrag.retrievers.ppr import iterations_for
 from glmrag.retrievers.steering import HEADS_TAG, Steering

@@ -31,8 +31,8 @@ import scipy.sparse as sp
 
 from glmrag.data.types import Corpus, Question
 from glmrag.index.kg import KGIndex
+from glmrag.index.ranking import make_rankings, rank_passages, top_k_stable
 from glmrag.retrievers.base import Ranking
-from glmrag.retrievers.entity_ranking import make_rankings, rank_passages, top_k_stable
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ def personalized_pagerank(
 class PPRRetriever:
     """HippoRAG-style PPR from the linked question entities; passages ranked by entity mass.
 
-    ``ranker`` is a passage ranker of :mod:`glmrag.retrievers.entity_ranking`;
+    ``ranker`` is a passage ranker of :mod:`glmrag.index.ranking`;
     the default ``simple`` (sum of PPR over a passage's entities) is HippoRAG's.
     The walk is built once per index (:meth:`prepare`, cached for the last
     index seen) and questions run ``batch_size`` at a time as columns of one

@@ -57,8 +57,8 @@ import numpy as np
 
 from glmrag.data.types import Passage
 from glmrag.graph.hypergraph import mention_spans
+from glmrag.index.ranking import top_k_stable
 from glmrag.retrievers.addressing_heads import NUM_HEADS, NUM_PROBES, random_heads, select_heads
-from glmrag.retrievers.entity_ranking import top_k_stable
 from glmrag.retrievers.reader_pointers import (
     POINTERS,
     ReadContext,

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from glmrag.config_check import ConfigError, validate_eval_config, validate_train_config
 from glmrag.data.registry import load_dataset
-from glmrag.eval.metrics import reciprocal_rank
 from glmrag.index.cache import get_index
-from glmrag.pipeline import run_eval
+from glmrag.index.ranking_metrics import reciprocal_rank
+from glmrag.jobs.config_check import ConfigError, validate_eval_config, validate_train_config
+from glmrag.jobs.evaluate import run_eval
 from glmrag.retrievers.dense import DenseRetriever
 from tests.chaos.conftest import compose_config
 

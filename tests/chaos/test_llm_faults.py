@@ -10,9 +10,9 @@ import pytest
 
 from glmrag.data.types import Question
 from glmrag.eval.llm_failures import retrieve_guarded
+from glmrag.jobs.evaluate import run_eval
 from glmrag.llm.base import LLMBudgetExceeded, LLMError
 from glmrag.llm.http import HTTPLLM
-from glmrag.pipeline import run_eval
 from glmrag.retrievers.base import Ranking
 from tests.chaos.conftest import compose_config
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from glmrag.training import run_train
+from glmrag.jobs.train import run_train
 from tests.chaos.conftest import compose_config
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]

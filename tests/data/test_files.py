@@ -14,7 +14,7 @@ from glmrag.data import registry
 from glmrag.data.files import FORMATS, load_files, register_files
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import DataFormatError, Passage
-from glmrag.pipeline import run_eval
+from glmrag.jobs.evaluate import run_eval
 
 ROOT = Path(__file__).resolve().parents[2]
 

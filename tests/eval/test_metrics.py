@@ -3,18 +3,15 @@ import pytest
 import torch
 from torchmetrics.retrieval import RetrievalHitRate, RetrievalMRR, RetrievalRecall
 
-from glmrag.eval.metrics import (
+from glmrag.eval.metrics import exact_match, normalize_answer, qa_metrics, token_f1
+from glmrag.index.ranking_metrics import (
     all_at_k,
-    exact_match,
     filtered_recall_at_k,
     hits_at_k,
-    normalize_answer,
-    qa_metrics,
     recall_at_k,
     reciprocal_rank,
     retrieval_metric_names,
     retrieval_metrics,
-    token_f1,
 )
 
 RANKED = ["x", "g1", "y", "g2", "z"]

@@ -1,4 +1,4 @@
-"""``python -m glmrag.report <dir> --wandb``: the report's figures and tables logged to an offline wandb run."""
+"""``python -m glmrag.jobs.report <dir> --wandb``: the report's figures and tables logged to an offline wandb run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from glmrag.eval.store import run_record, write_run
-from glmrag.report import cli, main
+from glmrag.jobs.report import cli, main
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

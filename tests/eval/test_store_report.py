@@ -1,4 +1,4 @@
-"""The results store (glmrag.eval.store) and the study report (glmrag.report) on tiny hand-made runs."""
+"""The results store (glmrag.eval.store) and the study report (glmrag.jobs.report) on tiny hand-made runs."""
 
 import csv
 import json
@@ -13,10 +13,10 @@ from glmrag.data.types import Question
 from glmrag.eval import evaluate
 from glmrag.eval.report import metrics_json
 from glmrag.eval.store import read_runs, run_record, write_run
-from glmrag.pipeline import resolved_config_yaml, run_eval, store_eval_run
-from glmrag.report import build_report, cli
+from glmrag.jobs.evaluate import resolved_config_yaml, run_eval, store_eval_run
+from glmrag.jobs.report import build_report, cli
+from glmrag.jobs.train import store_train_run
 from glmrag.retrievers.base import Ranking
-from glmrag.training import store_train_run
 
 ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"

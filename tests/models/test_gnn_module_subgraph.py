@@ -240,7 +240,7 @@ def test_table_3_systems_restrict_both_families_alike():
 @pytest.mark.integration  # builds the musique100 index and its GNN inputs first (minutes on two busy cores)
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_restricted_systems_run_fast_dev_run(budget, glmrag_cache, tmp_path):
-    from glmrag.training import run_train
+    from glmrag.jobs.train import run_train
 
     paths = [f"output_dir={tmp_path / 'out'}", f"checkpoint_dir={tmp_path / 'ckpt'}", f"results_dir={tmp_path / 'r'}"]
     tiny = ["model.hidden_channels=8", "model.num_layers=1", "data.limit=8", "logger=[csv]"]

@@ -16,7 +16,7 @@ from glmrag.nn.flex_attention import (
 )
 
 try:
-    from glmrag.nn.glm import GraphAttentionBias
+    from glmrag.nn.attention_bias import GraphAttentionBias
 except ImportError:  # glm.py not written yet: the same contract
 
     @dataclass(eq=False)

@@ -5,8 +5,7 @@ import pytest
 from glmrag.data.types import Corpus, Passage, Question
 from glmrag.eval import evaluate
 from glmrag.eval.significance import bootstrap_ci
-from glmrag.llm.base import Usage
-from glmrag.pipeline import (
+from glmrag.jobs.evaluate import (
     add_qa_and_cost_columns,
     answer_baselines,
     answer_systems,
@@ -15,6 +14,7 @@ from glmrag.pipeline import (
     mean_costs,
     reader_tag,
 )
+from glmrag.llm.base import Usage
 from glmrag.qa import QAReader
 from glmrag.retrievers.base import AnsweringRetriever, LLMCostedRetriever, Ranking
 

@@ -151,7 +151,7 @@ def test_retrieve_finds_the_passage_that_states_the_description():
 def test_config_builds_the_retriever(tmp_path, monkeypatch):
     from hydra import compose, initialize_config_dir
 
-    from glmrag.pipeline import make_retrievers
+    from glmrag.jobs.evaluate import make_retrievers
 
     root = Path(__file__).resolve().parents[2]
     monkeypatch.setenv("GLMRAG_CACHE_DIR", str(tmp_path))

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from glmrag.index.ranking import top_k_stable
 from glmrag.retrievers.dtkg.rerank import Reranker, score_many
-from glmrag.retrievers.entity_ranking import top_k_stable
 
 
 @dataclass

@@ -22,8 +22,6 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from glmrag import config_path  # noqa: F401  (registers ${glmrag_overrides:}, used by the run names)
-from glmrag.config_check import validate_eval_config
 from glmrag.data.files import register_data
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import Corpus, Question
@@ -40,6 +38,8 @@ from glmrag.index.cache import get_index
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
 from glmrag.io import children_die_with_parent
+from glmrag.jobs import config_path  # noqa: F401  (registers ${glmrag_overrides:}, used by the run names)
+from glmrag.jobs.config_check import validate_eval_config
 from glmrag.llm.base import LLMBudgetExceeded, Usage, failure_budget
 from glmrag.qa import ANSWER_FALLBACK, QAReader, baseline_contexts
 from glmrag.qa.accuracy import LLMJudge, add_judged_accuracy
@@ -178,7 +178,7 @@ def run_eval(cfg: DictConfig) -> EvalResult:
     """Rank the questions of ``cfg.data`` with every retriever in ``cfg.retriever`` and evaluate them together;
     with ``cfg.qa`` also answer them with ``cfg.reader`` and score the answers and the ``cfg.qa_baselines``.
 
-    The config is checked first (:func:`~glmrag.config_check.validate_eval_config`). A question whose LLM
+    The config is checked first (:func:`~glmrag.jobs.config_check.validate_eval_config`). A question whose LLM
     calls fail is scored as failed and counted (``settings.llm_failures``); once more than
     ``cfg.max_llm_failures`` calls failed, the rest is scored as failed, the outputs are written, and
     :class:`~glmrag.llm.base.LLMBudgetExceeded` is raised.

@@ -21,14 +21,14 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
-from glmrag.config_check import validate_train_config
 from glmrag.data.files import register_data
 from glmrag.eval import EvalResult
 from glmrag.eval.store import run_record, write_run
 from glmrag.io import children_die_with_parent, local_checkpoint
+from glmrag.jobs.config_check import validate_train_config
+from glmrag.jobs.evaluate import hydra_overrides, resolved_config_yaml, run_eval
+from glmrag.jobs.loggers import close_loggers, log_evaluation
 from glmrag.models.datamodule import dataset_index_config
-from glmrag.pipeline import hydra_overrides, resolved_config_yaml, run_eval
-from glmrag.wandb_logging import close_loggers, log_evaluation
 
 log = logging.getLogger(__name__)
 

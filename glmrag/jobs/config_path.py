@@ -16,6 +16,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from glmrag.eval.study_report import BOOKKEEPING_KEYS
+from glmrag.io import cache_root
+
 CONFIG_DIR_ENV = "GLMRAG_CONFIG_DIR"
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -33,8 +36,6 @@ def config_dir() -> Path:
     )
 
 
-BOOKKEEPING_KEYS = ("logger", "output_dir", "results_dir", "checkpoint_dir", "study", "run_name", "hydra", "ckpt_path")
-"""Override keys that say where a run is written or logged (or resumed from), never what it measures."""
 NAMED_KEYS = ("experiment", "data", "data.name", "model_name", "eval_study", "trainer", "callbacks")
 """Override keys (whole) a run name already shows (experiment, dataset) or that change no result (the device)."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]+")
@@ -69,3 +70,6 @@ def _overrides_suffix() -> str:
 # configs/train.yaml and eval.yaml name a run ${model_name}-${data.name}${glmrag_overrides:}
 if not OmegaConf.has_resolver("glmrag_overrides"):
     OmegaConf.register_new_resolver("glmrag_overrides", _overrides_suffix)
+# Configs name cache folders as ${glmrag_cache:indexes}: $GLMRAG_CACHE_DIR (or ~/.cache/glmrag) / indexes.
+if not OmegaConf.has_resolver("glmrag_cache"):
+    OmegaConf.register_new_resolver("glmrag_cache", lambda sub="": str(cache_root() / sub))

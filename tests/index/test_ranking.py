@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from glmrag.retrievers.entity_ranking import (
+from glmrag.index.ranking import (
     RANKERS,
     idf_weights,
     make_rankings,

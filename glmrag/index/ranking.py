@@ -28,12 +28,30 @@ be NaN.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
 from glmrag.index.kg import KGIndex
-from glmrag.retrievers.base import Ranking
+
+
+@dataclass
+class Ranking:
+    """Ranked passages (best first) for one question, and optionally ranked entities."""
+
+    question_id: str
+    passage_ids: list[str]
+    passage_scores: list[float]
+    entity_ids: list[int] | None = None
+    entity_scores: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.passage_ids) != len(self.passage_scores):
+            raise ValueError(
+                f"question {self.question_id}: {len(self.passage_ids)} passages but {len(self.passage_scores)} scores"
+            )
+
 
 RANKERS = ("idf_topk", "idf_topk_scored", "topk", "simple")
 DOC_RANKER_ENTITIES = 20

@@ -1,6 +1,6 @@
 """Build the report of a study from its results folder: paper-style tables (Markdown, CSV) and PNG figures.
 
-    python -m glmrag.report results/subgraph_restriction [--out DIR] [--wandb]
+    python -m glmrag.jobs.report results/subgraph_restriction [--out DIR] [--wandb]
     glmrag report results/subgraph_restriction                         (the installed entry point)
 
 Reads every run that ``train.py`` / ``eval.py`` filed under the folder (:mod:`glmrag.eval.store`) and
@@ -81,14 +81,14 @@ def log_to_wandb(paths: Mapping[str, Path], results_dir: str | os.PathLike[str],
     Every PNG becomes a ``wandb.Image`` and every CSV a ``wandb.Table`` under its file name without the
     extension (``scaling``, ``paper_table``, ``runs``, ...), in one step of a run named
     ``report-<study>`` with job type ``report``. The mode follows ``WANDB_MODE`` when set, else
-    :func:`glmrag.training.resolve_wandb_mode` (online when logged in, offline otherwise); the run is
+    :func:`glmrag.jobs.train.resolve_wandb_mode` (online when logged in, offline otherwise); the run is
     written under ``WANDB_DIR`` when set, else next to the report.
     """
     try:
         import wandb
     except ImportError as err:
         raise ImportError("--wandb needs the wandb package: pip install wandb, or drop --wandb") from err
-    from glmrag.training import resolve_wandb_mode  # imports Lightning: only when logging to wandb
+    from glmrag.jobs.train import resolve_wandb_mode  # imports Lightning: only when logging to wandb
 
     results_dir = Path(results_dir)
     out = Path(next(iter(paths.values()))).parent
@@ -123,7 +123,7 @@ def log_to_wandb(paths: Mapping[str, Path], results_dir: str | os.PathLike[str],
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m glmrag.report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m glmrag.jobs.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("results_dir", help="a results folder, e.g. results/<study>")
     parser.add_argument("--out", default=None, help="output folder (default: <results_dir>/report)")
     parser.add_argument(
