@@ -20,7 +20,7 @@ from glmrag.eval.study_report import BOOKKEEPING_KEYS
 from glmrag.io import cache_root
 
 CONFIG_DIR_ENV = "GLMRAG_CONFIG_DIR"
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # glmrag/ (this module is glmrag/jobs/config_path.py)
 
 
 def config_dir() -> Path:

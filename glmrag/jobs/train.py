@@ -144,7 +144,7 @@ def evaluation_config(cfg: DictConfig, ckpt_path: str, dataset: str | None = Non
     retrievers = {cfg.run_name: checkpoint}
     retrievers.update(OmegaConf.to_container(cfg.baselines, resolve=True) or {})
     # index.extractor may map each dataset to its extractor: the evaluated dataset's
-    index = OmegaConf.to_container(dataset_index_config(OmegaConf.to_container(cfg.index, resolve=True), name))
+    index = dataset_index_config(OmegaConf.to_container(cfg.index, resolve=True), name)
     data = {**OmegaConf.to_container(cfg.data, resolve=True), "name": name, "split": cfg.eval_split}
     return OmegaConf.create(
         {
