@@ -55,7 +55,11 @@ class IndexSettings:
     spacy_model: str = DEFAULT_SPACY_MODEL
     """spaCy pipeline that finds the mentions of a question."""
     link_min_score: float = 0.0
-    """Question links below this cosine are dropped, except a question's best link."""
+    """Question links below this cosine are dropped; a question left with none keeps its best link when
+    ``link_fallback`` (counted as ``questions_fallback_linked``), else stays unlinked."""
+    link_fallback: bool = True
+    """Keep a question's best link when every link is below ``link_min_score`` (GFM-RAG links every question to
+    its nearest entities, however far); False: such a question has no link (``questions_linked`` drops)."""
     include_isolated_entities: bool = True
     """Keep extracted entities that are in no triple; False gives GFM-RAG's set (triple endpoints only)."""
 
@@ -197,7 +201,7 @@ def build_index(
     if qa and entities:
         mentions = question_mentions(qa, settings.spacy_model)
         encode = embedder.encode if embedder is not None else None
-        links = link_mentions(mentions, entities, emb, encode, settings.link_min_score)
+        links = link_mentions(mentions, entities, emb, encode, settings.link_min_score, settings.link_fallback)
         question_links = {q.id: ls for q, ls in zip(qa, links, strict=True)}
     timings["link_questions"] = time.perf_counter() - t1
     timings["total"] = time.perf_counter() - t0
@@ -213,6 +217,9 @@ def build_index(
         "passages_without_entities": int((np.diff(entity_passages.tocsc().indptr) == 0).sum()),
         "questions": len(qa),
         "questions_linked": sum(bool(ls) for ls in question_links.values()),
+        "questions_fallback_linked": sum(  # linked only through the fallback: every link below link_min_score
+            bool(ls) and all(link.score < settings.link_min_score for link in ls) for ls in question_links.values()
+        ),
     }
     manifest = expected_manifest(corpus, qa, extractor, settings) | _jsonable(
         {

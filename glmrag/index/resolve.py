@@ -138,13 +138,14 @@ def link_mentions(
     entity_emb: np.ndarray | None,
     encode,
     min_score: float = 0.0,
+    fallback: bool = True,
 ) -> list[list[EntityLink]]:
     """Link each mention to its most similar entity, per question, de-duplicated by entity.
 
     With embeddings, ``encode`` (texts -> unit rows) embeds the normalised
     mentions and each is linked to the entity of highest cosine; links below
-    ``min_score`` are dropped unless that would leave the question with none,
-    in which case its best link is kept. Without embeddings (``entity_emb`` is
+    ``min_score`` are dropped; a question left with none keeps its best link
+    when ``fallback``, else it has no link. Without embeddings (``entity_emb`` is
     None), a mention links only to the entity of the same normalised phrase,
     with score 1.0. When two mentions link to one entity, the higher score is
     kept at the position of the first mention.
@@ -165,7 +166,7 @@ def link_mentions(
             if e >= 0 and (e not in links or s > links[e].score):
                 links[e] = EntityLink(m, e, s)
         kept = [link for link in links.values() if link.score >= min_score]
-        if not kept and links:
+        if not kept and links and fallback:
             kept = [max(links.values(), key=lambda link: link.score)]
         out.append(kept)
     return out

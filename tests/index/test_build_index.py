@@ -132,6 +132,19 @@ def test_manifest(index):
     assert index.entity_embeddings.shape == (index.num_entities, 384)
 
 
+def test_a_question_with_no_close_entity_is_counted_or_left_unlinked(index, embedder):
+    best_q2 = max(link.score for link in index.question_links["q2"])  # "what is it?" names no entity
+    threshold = (best_q2 + 1.0) / 2  # above q2's best link, below q1's exact match (cosine 1.0)
+    kept = build_index(CORPUS, [Q1, Q2], FixedExtractor(), embedder, IndexSettings(link_min_score=threshold))
+    assert [link.score for link in kept.question_links["q2"]] == [pytest.approx(best_q2)]  # GFM-RAG: its best
+    assert kept.manifest["counts"]["questions_fallback_linked"] == 1
+    assert index.manifest["counts"]["questions_fallback_linked"] == 0  # link_min_score 0: nothing falls back
+    settings = IndexSettings(link_min_score=threshold, link_fallback=False)
+    dropped = build_index(CORPUS, [Q1, Q2], FixedExtractor(), embedder, settings)
+    assert dropped.question_links["q2"] == [] and dropped.manifest["counts"]["questions_linked"] == 1
+    assert dropped.question_links["q1"] == kept.question_links["q1"]
+
+
 def test_without_embeddings_links_exact_phrases_only():
     settings = IndexSettings(embed_model=None, include_isolated_entities=False)
     index = build_index(CORPUS, [Q1], FixedExtractor(), None, settings)

