@@ -135,5 +135,6 @@ def measure_cell(model, graph: Graph, graph_file: str, repeats: int, threads: in
         cell[step]["peak_extra_mib"] = {p: memory[p].get("peak_extra_mib", memory[p]) for p in PATHS}
     return cell
 
+
 if __name__ == "__main__":
     main()

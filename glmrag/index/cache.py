@@ -29,7 +29,6 @@ from glmrag.llm.base import LLM, build_llm
 log = logging.getLogger(__name__)
 
 
-
 PASSAGES_PER_PROCESS = 1000
 """Passages per spaCy worker process when the count is automatic: a worker costs a model load (seconds), so a
 small corpus runs in one process (engineering choice, not from a paper)."""

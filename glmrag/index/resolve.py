@@ -79,9 +79,7 @@ def synonym_pairs(
     return found[order], sims[order]
 
 
-def _top_k_per_row(
-    rows: np.ndarray, cols: np.ndarray, sims: np.ndarray, top_k: int
-) -> tuple[np.ndarray, np.ndarray]:
+def _top_k_per_row(rows: np.ndarray, cols: np.ndarray, sims: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``top_k`` best ``(row, col)`` of each row: highest score first, ties to the smaller column.
 
     Shapes: (n,) each -> pairs (s, 2) int64 sorted by row, score descending, column; scores (s,) float32.

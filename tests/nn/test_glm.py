@@ -232,4 +232,3 @@ def test_sdpa_runs_without_attention_dropout_and_equals_the_eager_reference(tok,
     calls["sdpa"] = 0
     encode(GLMEncoder(dropping).train(), graphs)
     assert calls["sdpa"] == 0  # attention dropout in training: the eager path
-

@@ -240,7 +240,6 @@ def test_one_hop_retrieval_is_learned(random_graph, make_graph):
     assert before <= 0.3 and after >= 0.9, (before, after)
 
 
-
 class ConcatenatedReadoutGNN(QueryGNN):
     """The scorer as GFM-RAG writes it (and glmrag did before the split): the MLP over ``cat([h, q])``."""
 
