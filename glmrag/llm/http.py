@@ -195,12 +195,35 @@ class HTTPLLM(LLM):
         )
 
     def _send(self, url: str, body: dict, headers: dict) -> tuple[int, str, str | None]:
-        """Status, body text and Retry-After of one attempt, read within ``timeout`` seconds in all.
+        """Status, body text and Retry-After of one attempt, answered within ``timeout`` seconds in all.
 
-        httpx's timeout bounds each read, so a server sending a byte a second would never time out;
-        the body is read in chunks against a total deadline instead.
+        httpx's timeout bounds each read, so a server sending a byte a second, of its headers or of its body,
+        would never time out. The attempt runs in a daemon thread that the caller waits on for ``timeout``
+        seconds; past that it is abandoned (the thread ends when the server or httpx's per-read timeout ends
+        it) and the attempt counts as timed out. The body is also read against the deadline, so a dripping
+        body closes its connection as soon as the deadline passes.
         """
         deadline = time.monotonic() + self.timeout
+        outcome: list[tuple[bool, object]] = []
+
+        def attempt() -> None:
+            try:
+                outcome.append((True, self._exchange(url, body, headers, deadline)))
+            except BaseException as err:  # handed to the caller's thread
+                outcome.append((False, err))
+
+        worker = threading.Thread(target=attempt, name="glmrag-http-attempt", daemon=True)
+        worker.start()
+        worker.join(self.timeout)
+        if not outcome:
+            raise httpx.ReadTimeout(f"no complete answer within timeout={self.timeout}s")
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value
+
+    def _exchange(self, url: str, body: dict, headers: dict, deadline: float) -> tuple[int, str, str | None]:
+        """One POST, its body read in chunks until ``deadline`` (``time.monotonic()``)."""
         with self._client.stream("POST", url, json=body, headers=headers) as r:
             chunks = []
             for chunk in r.iter_bytes():

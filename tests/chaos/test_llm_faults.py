@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import threading
 import time
 
 import pytest
@@ -85,6 +86,42 @@ def test_a_dripping_server_is_cut_at_the_total_timeout(serve):
     llm = HTTPLLM(url + "/v1", "m", api_key_env=None, timeout=1.0, max_retries=0, use_cache=False)
     with pytest.raises(LLMError, match="within timeout=1.0s"):
         llm.complete("hi")
+    assert llm.usage.total().events == {"llm_failures": 1}
+
+
+def header_drip_handler(byte_seconds: float, headers_sent: threading.Event):
+    """Sends its status line and headers one byte every ``byte_seconds`` (bounded: ~80 bytes), then sets
+    ``headers_sent`` and sends the answer."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's name)
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            payload = json.dumps(ANSWER).encode()
+            head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+            try:
+                for byte in head.encode():
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(byte_seconds)
+                headers_sent.set()
+                self.wfile.write(payload)
+            except OSError:  # the client gave up: fine
+                pass
+
+        def log_message(self, *args):
+            pass
+
+    return Handler
+
+
+def test_a_server_dripping_its_headers_is_cut_at_the_total_timeout(serve):
+    """Headers would take ~8 s at one byte per 0.1 s; every read alone is quick, the attempt is not."""
+    headers_sent = threading.Event()
+    url = serve(header_drip_handler(0.1, headers_sent))
+    llm = HTTPLLM(url + "/v1", "m", api_key_env=None, timeout=1.0, max_retries=0, use_cache=False)
+    with pytest.raises(LLMError, match="within timeout=1.0s"):
+        llm.complete("hi")
+    assert not headers_sent.is_set()  # released at the deadline, not once the server got through its headers
     assert llm.usage.total().events == {"llm_failures": 1}
 
 
