@@ -165,8 +165,14 @@ BASE_FILES = frozenset(
 
 
 SAVED_ONLY_KEYS = ("files", "embeddings")
-"""Manifest keys that only a saved index carries (written by :func:`save_index`), so a freshly built index and
-the same index loaded back differ only in them: leave them out of anything keyed on the manifest."""
+"""Manifest keys that only a saved index carries (written by :func:`save_index`): a freshly built index and
+the same index loaded back differ only in them."""
+
+
+def content_manifest(manifest: dict) -> dict:
+    """``manifest`` without :data:`SAVED_ONLY_KEYS`: what anything keyed on an index (subgraph shards, GNN
+    inputs) must hash, so that a built index and the same index loaded back give one key."""
+    return {k: v for k, v in manifest.items() if k not in SAVED_ONLY_KEYS}
 
 
 def required_files(manifest: dict) -> set[str]:

@@ -50,7 +50,7 @@ from glmrag.data.types import Question
 from glmrag.index.cache import get_index
 from glmrag.index.embed import DEFAULT_MODEL, Embedder
 from glmrag.index.kg import KGIndex
-from glmrag.index.store import SAVED_ONLY_KEYS
+from glmrag.index.store import content_manifest
 from glmrag.io import atomic_write_bytes, cache_root, plain_container
 from glmrag.nn.graph_inputs import GraphInputs, graph_inputs, seed_weights
 
@@ -98,8 +98,7 @@ def cached_graph_inputs(
     records what built it and when), the embedding model and ``node_features``,
     so a rebuilt index never reads stale inputs.
     """
-    manifest = {k: v for k, v in index.manifest.items() if k not in SAVED_ONLY_KEYS}  # built == loaded back
-    key = _key(manifest, embed_model, node_features)
+    key = _key(content_manifest(index.manifest), embed_model, node_features)
     path = Path(cache_dir) / f"graph-{key}.pt" if cache_dir else None
 
     def compute() -> dict[str, Any]:

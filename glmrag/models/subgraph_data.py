@@ -64,7 +64,7 @@ from glmrag.graph.subgraph import MAX_HOPS, MAX_TRIPLETS
 from glmrag.index.cache import get_index
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
-from glmrag.index.store import SAVED_ONLY_KEYS
+from glmrag.index.store import content_manifest
 from glmrag.io import atomic_write_bytes, atomic_write_text, cache_root, default_mode
 from glmrag.models.datamodule import (
     KGDataModule,
@@ -100,11 +100,18 @@ def split_key(
     question_ids: Sequence[str],
     drop_untargeted: bool,
 ) -> str:
-    """``<settings.key()>-<hash>``: the hash covers the index manifest (minus what only a saved index
-    carries, :data:`~glmrag.index.store.SAVED_ONLY_KEYS`), the tokenizer's name and vocabulary size, the
+    """``<settings.key()>-<hash>``: the hash covers the index's
+    :func:`~glmrag.index.store.content_manifest`, the tokenizer's name and vocabulary size, the
     question encoder, the question ids and whether questions without target entities are dropped."""
-    manifest = {k: v for k, v in index.manifest.items() if k not in SAVED_ONLY_KEYS}
-    parts = [RECORDS_FORMAT, manifest, settings.key(), tokenizer, vocab_size, embed_model, list(question_ids)]
+    parts = [
+        RECORDS_FORMAT,
+        content_manifest(index.manifest),
+        settings.key(),
+        tokenizer,
+        vocab_size,
+        embed_model,
+        list(question_ids),
+    ]
     digest = hashlib.sha256(json.dumps([*parts, drop_untargeted], sort_keys=True, default=str).encode())
     return f"{settings.key()}-{digest.hexdigest()[:12]}"
 
