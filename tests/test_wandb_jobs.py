@@ -7,6 +7,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from glmrag.jobs.train import resolve_wandb_mode, run_train
+from glmrag.models.gnn_module import GNNRetrieverModule
 
 ROOT = Path(__file__).resolve().parents[1]
 OFFLINE = ["index.embed_model=offline:all-MiniLM-L6-v2", "index.embed_dim=384"]  # the paper configs name mpnet
@@ -58,6 +59,24 @@ def test_fine_tuning_after_kg_completion_pretraining_logs_its_own_run(glmrag_cac
     job(tmp_path, "g", ["experiment=gfm_rag", "+trainer.fast_dev_run=true", "evaluate=false"])
     (pre,), (fine,) = run_ids(tmp_path / "g" / "pretrain"), run_ids(tmp_path / "g")
     assert pre != fine
+
+
+def test_a_failed_job_finishes_its_run_and_the_next_job_gets_its_own(glmrag_cache, tiny_musique, tmp_path, offline):
+    wandb = pytest.importorskip("wandb")
+    tiny = [f"data.name={tiny_musique}", "logger=[csv,wandb]", "+trainer.fast_dev_run=true"]
+
+    def fail(self):
+        raise RuntimeError("injected: the first job dies inside Trainer.fit")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(GNNRetrieverModule, "on_train_start", fail)
+        with pytest.raises(RuntimeError, match="injected"):
+            job(tmp_path, "failed", tiny)
+    assert wandb.run is None  # the failed job's run is finished, not left active for the next job
+    assert (tmp_path / "failed" / "csv" / "version_0" / "hparams.yaml").is_file()  # the CSV logger saved too
+    job(tmp_path, "next", tiny)  # a Hydra multirun's next job, in the same process
+    (failed,), (following,) = run_ids(tmp_path / "failed"), run_ids(tmp_path / "next")
+    assert failed != following and wandb.run is None
 
 
 def test_wandb_mode_environment_is_honoured(monkeypatch, offline):
