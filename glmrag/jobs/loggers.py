@@ -6,8 +6,10 @@
   KG-completion pretraining, logged into the first job's run, and a job that failed left its run
   active for the next one (Lightning's own teardown finalizes a WandbLogger but never finishes its run).
 * :func:`log_evaluation`: the evaluator's table (one row per system) and the per-question rankings
-  as ``wandb.Table``, and the best checkpoint: an artifact when the run is online, a copy in the
-  run's own folder when offline (``wandb sync`` uploads that folder later).
+  as ``wandb.Table``, its figures (PNG files the job wrote) as ``wandb.Image``, and the best
+  checkpoint: an artifact when the run is online, a copy in the run's own folder when offline
+  (``wandb sync`` uploads that folder later; an offline run keeps its images under
+  ``files/media/images``).
 
 Loggers other than :class:`~lightning.pytorch.loggers.WandbLogger` get nothing here but
 ``finalize``; wandb is imported only when a WandbLogger is in use.
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -86,15 +88,22 @@ def ranking_rows(result: EvalResult) -> tuple[list[str], list[list]]:
 
 
 def log_evaluation(
-    loggers: Sequence[Logger], result: EvalResult | None, best: str | None, prefix: str = "eval"
+    loggers: Sequence[Logger],
+    result: EvalResult | None,
+    best: str | None,
+    prefix: str = "eval",
+    figures: Mapping[str, Path] | None = None,
 ) -> None:
-    """Log the evaluation's tables and the best checkpoint to every WandbLogger (see the module docstring)."""
+    """Log the evaluation's tables, its ``figures`` (file name -> PNG path) and the best checkpoint to every
+    WandbLogger (see the module docstring); a figure's key is ``<prefix>/<file name without .png>``."""
     for logger in loggers:
         if not isinstance(logger, WandbLogger):
             continue
         if result is not None:
             for key, (columns, rows) in ((TABLE_KEY, table_rows(result)), (RANKINGS_KEY, ranking_rows(result))):
                 logger.log_table(key=key.replace("eval", prefix, 1), columns=columns, data=rows)
+        for name, path in (figures or {}).items():
+            logger.log_image(key=f"{prefix}/{Path(name).stem}", images=[str(path)], caption=[name])
         if best:
             keep_checkpoint(logger, best)
 

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from glmrag.data.files import register_data
 from glmrag.eval import EvalResult
 from glmrag.eval.store import run_record, write_run
+from glmrag.eval.study_plots import evaluation_figures
 from glmrag.io import children_die_with_parent, local_checkpoint
 from glmrag.jobs.config_check import validate_train_config
 from glmrag.jobs.evaluate import hydra_overrides, resolved_config_yaml, run_eval
@@ -233,13 +234,15 @@ def fit_and_evaluate(cfg: DictConfig, loggers: list[Logger]) -> dict[str, Any]:
     evals: dict[str, EvalResult] = {}
     if cfg.get("evaluate") and best and trainer.is_global_zero:
         for name in eval_datasets(cfg):
-            evals[name] = result = run_eval(evaluation_config(cfg, best, name))
+            eval_cfg = evaluation_config(cfg, best, name)
+            evals[name] = result = run_eval(eval_cfg)
+            figures = evaluation_figures(result, eval_cfg.output_dir)  # PNGs beside metrics.json
             prefix = "eval" if name == cfg.data.name else f"eval/{name}"
             for logger in loggers:  # a WandbLogger keeps the last value of each key as the run's summary
                 logger.log_metrics(
                     {f"{prefix}/{m}": iv.mean for m, iv in result.overall[cfg.run_name].items() if hasattr(iv, "mean")}
                 )
-            log_evaluation(loggers, result, None, prefix)  # wandb: the table and the rankings as Tables
+            log_evaluation(loggers, result, None, prefix, figures)  # wandb: Tables and the figures as Images
     if best and trainer.is_global_zero:
         log_evaluation(loggers, None, best)  # wandb: an artifact online, a copy in the run folder offline
     stored = []
