@@ -1,5 +1,5 @@
 """Files on disk: the cache root, atomic writes (a reader sees the old file or the new one, never half),
-checksummed cache arrays, and checkpoint paths that are loaded weights-only."""
+checksummed cache files (arrays and JSON records), and checkpoint paths that are loaded weights-only."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import ctypes
 import fcntl
 import hashlib
 import io
+import json
 import logging
 import os
 import re
 import signal
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,11 @@ def load_checkpoint_dict(path: str | os.PathLike[str], key: str = "ckpt_path") -
 
 
 # --- caches: atomic, checksummed, loaded with a clear error ----------------------------------------------
+#
+# Every cache file is CACHE_MAGIC, the SHA-256 of the payload in hex, a newline, then the payload (an .npy
+# array or UTF-8 JSON). Writes are atomic (atomic_write_bytes), so concurrent writers need no lock: a reader
+# sees one writer's whole file or another's, never a mix, and two writers of one key write the same record
+# (the key hashes everything the record depends on), so the last rename losing the other's is harmless.
 
 CACHE_MAGIC = b"GLMRAG-CACHE-1\n"
 
@@ -121,17 +127,16 @@ class CacheError(RuntimeError):
     """A cache file that cannot be trusted (truncated, edited, of another format); delete it to rebuild."""
 
 
-def write_cache_array(path: str | os.PathLike[str], array: np.ndarray) -> Path:
-    """Save ``array`` (no objects) at ``path`` atomically, behind a header with its SHA-256."""
-    buf = io.BytesIO()
-    np.save(buf, np.asarray(array), allow_pickle=False)
-    payload = buf.getvalue()
+class CacheFormatError(CacheError):
+    """A file without the cache header: written by an older glmrag (before checksums) or not a cache file."""
+
+
+def _write_cache_payload(path: str | os.PathLike[str], payload: bytes) -> Path:
     return atomic_write_bytes(path, CACHE_MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
 
 
-def read_cache_array(path: str | os.PathLike[str]) -> np.ndarray:
-    """The array saved by :func:`write_cache_array`; :class:`CacheError` (naming the file) when it is not intact."""
-    path = Path(path)
+def _read_cache_payload(path: Path) -> bytes:
+    """The checked payload of a cache file, or :class:`CacheError` naming the file."""
     try:
         blob = path.read_bytes()
     except OSError as err:
@@ -139,24 +144,86 @@ def read_cache_array(path: str | os.PathLike[str]) -> np.ndarray:
     head, _, rest = blob.partition(b"\n")
     digest, _, payload = rest.partition(b"\n")
     if head + b"\n" != CACHE_MAGIC:
-        raise CacheError(f"{path}: not a glmrag cache file (an older format or another file); delete it to rebuild")
+        raise CacheFormatError(
+            f"{path}: not a glmrag cache file (an older format or another file); delete it to rebuild"
+        )
     if hashlib.sha256(payload).hexdigest().encode() != digest:
         raise CacheError(f"{path}: checksum mismatch (truncated or edited); delete it to rebuild")
+    return payload
+
+
+def write_cache_array(path: str | os.PathLike[str], array: np.ndarray) -> Path:
+    """Save ``array`` (no objects) at ``path`` atomically, behind a header with its SHA-256."""
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(array), allow_pickle=False)
+    return _write_cache_payload(path, buf.getvalue())
+
+
+def read_cache_array(path: str | os.PathLike[str]) -> np.ndarray:
+    """The array saved by :func:`write_cache_array`; :class:`CacheError` (naming the file) when it is not intact."""
+    path = Path(path)
+    payload = _read_cache_payload(path)
     try:
         return np.load(io.BytesIO(payload), allow_pickle=False)
     except (ValueError, OSError) as err:
         raise CacheError(f"{path}: unreadable array ({err}); delete it to rebuild") from err
 
 
-def load_cached_array(path: str | os.PathLike[str]) -> np.ndarray | None:
-    """The cached array at ``path``, or None (logged) when it is missing or not intact, so the caller rebuilds it."""
+def load_cached_array(path: str | os.PathLike[str], what: str = "array cache") -> np.ndarray | None:
+    """The cached array at ``path``, or None (logged) when it is missing or not intact, so the caller rebuilds it.
+
+    ``what`` names the cache in the warnings (see :func:`load_cached_json`)."""
+    return _load_cached(read_cache_array, path, what)
+
+
+def write_cache_json(path: str | os.PathLike[str], record: Any) -> Path:
+    """Save a JSON-serialisable ``record`` at ``path`` atomically, behind a header with its SHA-256."""
+    text = json.dumps(record, ensure_ascii=False, indent=1, allow_nan=False)
+    return _write_cache_payload(path, text.encode("utf-8"))
+
+
+def read_cache_json(path: str | os.PathLike[str]) -> Any:
+    """The record saved by :func:`write_cache_json`; :class:`CacheError` (naming the file) when it is not intact
+    (:class:`CacheFormatError` for a file without the header, e.g. a plain JSON record of an older glmrag)."""
+    path = Path(path)
+    payload = _read_cache_payload(path)
+    try:
+        return json.loads(payload.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise CacheError(f"{path}: unreadable JSON record ({err}); delete it to rebuild") from err
+
+
+_warned_old_format: set[str] = set()
+
+
+def load_cached_json(path: str | os.PathLike[str], what: str) -> Any | None:
+    """The cached record at ``path``, or None when it is missing or not intact, so the caller redoes and rewrites it.
+
+    ``what`` names the cache in the warnings. A corrupt record is logged each time; records of the older,
+    checksum-less format are expected after an upgrade (a cache folder holds thousands), so they are logged
+    once per ``what`` and process.
+    """
+    return _load_cached(read_cache_json, path, what)
+
+
+def _load_cached(read: Callable[[Path], Any], path: str | os.PathLike[str], what: str) -> Any | None:
     path = Path(path)
     if not path.is_file():
         return None
     try:
-        return read_cache_array(path)
+        return read(path)
+    except CacheFormatError as err:
+        if what not in _warned_old_format:
+            _warned_old_format.add(what)
+            log.warning(
+                "%s: files without a checksum (an older glmrag) are redone and rewritten; "
+                "this is logged once. First: %s",
+                what,
+                err,
+            )
+        return None
     except CacheError as err:
-        log.warning("ignoring a bad cache file, rebuilding: %s", err)
+        log.warning("%s: ignoring a bad cache file, redoing it: %s", what, err)
         return None
 
 

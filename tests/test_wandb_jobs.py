@@ -7,6 +7,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from glmrag.jobs.train import resolve_wandb_mode, run_train
+from glmrag.models.gnn_module import GNNRetrieverModule
 
 ROOT = Path(__file__).resolve().parents[1]
 OFFLINE = ["index.embed_model=offline:all-MiniLM-L6-v2", "index.embed_dim=384"]  # the paper configs name mpnet
@@ -58,6 +59,53 @@ def test_fine_tuning_after_kg_completion_pretraining_logs_its_own_run(glmrag_cac
     job(tmp_path, "g", ["experiment=gfm_rag", "+trainer.fast_dev_run=true", "evaluate=false"])
     (pre,), (fine,) = run_ids(tmp_path / "g" / "pretrain"), run_ids(tmp_path / "g")
     assert pre != fine
+
+
+@pytest.fixture(scope="module")
+def failed_then_next(glmrag_cache, tiny_musique, tmp_path_factory):
+    """Two jobs in one process, wandb offline: the first dies inside ``Trainer.fit``, the second trains one
+    epoch on musique_tiny and is evaluated against PPR. Returns the folder, the second job's result, and
+    whether a wandb run was still active between the two jobs."""
+    wandb = pytest.importorskip("wandb")
+    tmp_path = tmp_path_factory.mktemp("jobs")
+    tiny = [f"data.name={tiny_musique}", "logger=[csv,wandb]", "retriever@baselines=[ppr]"]
+
+    def fail(self):
+        raise RuntimeError("injected: the first job dies inside Trainer.fit")
+
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("WANDB_API_KEY", "WANDB_MODE"):
+            mp.delenv(name, raising=False)
+        mp.setenv("HOME", str(tmp_path / "home"))
+        mp.setenv("WANDB_SILENT", "true")
+        with pytest.MonkeyPatch.context() as broken:
+            broken.setattr(GNNRetrieverModule, "on_train_start", fail)
+            with pytest.raises(RuntimeError, match="injected"):
+                job(tmp_path, "failed", [*tiny, "+trainer.fast_dev_run=true"])
+        left_active = wandb.run is not None
+        result = job(tmp_path, "next", [*tiny, "trainer.max_epochs=1"])  # a Hydra multirun's next job
+    return tmp_path, result, left_active
+
+
+def test_a_failed_job_finishes_its_run_and_the_next_job_gets_its_own(failed_then_next):
+    wandb = pytest.importorskip("wandb")
+    tmp_path, _, left_active = failed_then_next
+    assert not left_active  # the failed job's run is finished, not left active for the next job
+    assert (tmp_path / "failed" / "csv" / "version_0" / "hparams.yaml").is_file()  # the CSV logger saved too
+    (failed,), (following,) = run_ids(tmp_path / "failed"), run_ids(tmp_path / "next")
+    assert failed != following and wandb.run is None
+
+
+def test_evaluation_figures_are_logged_as_images(failed_then_next):
+    tmp_path, result, _ = failed_then_next
+    pngs = {p.stem: p for p in (tmp_path / "next" / "eval").glob("*.png")}
+    assert sorted(pngs) == ["recall_by_hops", "recall_by_n_supporting"]
+    files = next((tmp_path / "next" / "wandb").glob("offline-run-*")) / "files"
+    images = {p.name.rsplit("_", 2)[0]: p for p in (files / "media" / "images" / "eval").glob("*.png")}
+    assert sorted(images) == sorted(pngs)  # <key>_<step>_<hash>.png under the key eval/<figure>
+    for stem, image in images.items():
+        assert image.read_bytes().startswith(b"\x89PNG") and image.read_bytes() == pngs[stem].read_bytes()
+    assert result["eval"].breakdowns["hops"]  # what the figures draw
 
 
 def test_wandb_mode_environment_is_honoured(monkeypatch, offline):

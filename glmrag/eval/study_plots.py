@@ -5,7 +5,9 @@
   training questions), one line per family; a family with one run and no such value (the unrestricted
   GFM-RAG* of Table 3) is a dashed horizontal line;
 - :func:`plot_breakdown`: Recall@2 by number of hops or of supporting passages (the evaluator's
-  breakdowns), one line per run's trained system, the baselines of the first run dashed.
+  breakdowns), one line per run's trained system, the baselines of the first run dashed;
+- :func:`evaluation_figures`: those breakdowns for one evaluation (a training job's, which logs them to
+  wandb as images: :func:`glmrag.jobs.loggers.log_figures`).
 
 Every series has a colour and a marker of its own (:func:`series_style`; baselines too, never a
 shared grey), and breakdown lines are dodged sideways a little so that equal values do not hide
@@ -24,11 +26,15 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from glmrag.eval.report import _label
+from glmrag.eval.report import _label, metrics_json
+from glmrag.eval.result import EvalResult
 from glmrag.eval.store import StoredRun
 from glmrag.eval.study_report import MISSING, Row, _sort_key
 
 METRIC = "recall@2"
+FIGURE_GROUPINGS = ("hops", "n_supporting")
+"""The breakdowns drawn for a study report and for one evaluation (GLM-RAG Fig. 4's hop buckets, and the
+number of supporting passages)."""
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 DODGE = 0.06
 """Sideways shift between neighbouring series of a breakdown, in bucket widths."""
@@ -145,3 +151,18 @@ def plot_breakdown(
     ax.set_xticks(list(x.values()), [f"{b}\n(n={n[b]})" if n.get(b) else str(b) for b in buckets])
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
+
+
+def evaluation_figures(result: EvalResult, folder: str | os.PathLike[str]) -> dict[str, Path]:
+    """``recall_by_<grouping>.png`` in ``folder`` for each of :data:`FIGURE_GROUPINGS` that ``result`` holds:
+    the reference system's line and every other system's dashed; returns the written paths by file name."""
+    recalls = [m for m in result.metric_names if m.startswith("recall@")]
+    metric = METRIC if METRIC in recalls else next(iter(recalls), None)
+    if metric is None:
+        return {}
+    run = StoredRun(run_id=str(result.reference or result.systems[0]), path=Path(folder), metrics=metrics_json(result))
+    figures = {
+        f"recall_by_{g}.png": plot_breakdown([run], g, Path(folder) / f"recall_by_{g}.png", metric)
+        for g in FIGURE_GROUPINGS
+    }
+    return {name: path for name, path in figures.items() if path is not None}

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from glmrag.eval.store import read_runs
-from glmrag.eval.study_plots import plot_breakdown, plot_scaling, plot_sweep
+from glmrag.eval.study_plots import FIGURE_GROUPINGS, plot_breakdown, plot_scaling, plot_sweep
 from glmrag.eval.study_report import format_study_markdown, paper_csv, runs_csv, study_rows
 from glmrag.io import atomic_write_text
 
@@ -47,7 +47,7 @@ def build_report(results_dir: str | os.PathLike[str], out: str | os.PathLike[str
     if len(keys) == 1:
         name = f"recall_by_{re.sub(r'[^A-Za-z0-9]+', '_', keys[0])}.png"
         figures[name] = plot_sweep(rows, keys[0], out / name)
-    for grouping in ("hops", "n_supporting"):
+    for grouping in FIGURE_GROUPINGS:
         figures[f"recall_by_{grouping}.png"] = plot_breakdown(runs, grouping, out / f"recall_by_{grouping}.png")
     drawn = {name: path for name, path in figures.items() if path is not None}
 

@@ -24,10 +24,11 @@ from omegaconf import DictConfig, OmegaConf
 from glmrag.data.files import register_data
 from glmrag.eval import EvalResult
 from glmrag.eval.store import run_record, write_run
+from glmrag.eval.study_plots import evaluation_figures
 from glmrag.io import children_die_with_parent, local_checkpoint
 from glmrag.jobs.config_check import validate_train_config
 from glmrag.jobs.evaluate import hydra_overrides, resolved_config_yaml, run_eval
-from glmrag.jobs.loggers import close_loggers, log_evaluation
+from glmrag.jobs.loggers import closing, log_evaluation
 from glmrag.models.datamodule import dataset_index_config
 
 log = logging.getLogger(__name__)
@@ -163,12 +164,16 @@ def evaluation_config(cfg: DictConfig, ckpt_path: str, dataset: str | None = Non
     )
 
 
-def fit(cfg: DictConfig) -> tuple[L.Trainer, list[Callback], list[Logger]]:
-    """Instantiate DataModule, module, callbacks, loggers and Trainer from ``cfg`` and run ``Trainer.fit``."""
+def make_loggers(cfg: DictConfig) -> list[Logger]:
+    """The loggers of ``cfg.logger``; the caller closes them (:func:`glmrag.jobs.loggers.closing`)."""
+    return _instantiate_all(cfg.get("logger"))
+
+
+def fit(cfg: DictConfig, loggers: list[Logger]) -> tuple[L.Trainer, list[Callback]]:
+    """Instantiate DataModule, module, callbacks and Trainer from ``cfg`` and run ``Trainer.fit`` into ``loggers``."""
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.datamodule)
     model: L.LightningModule = hydra.utils.instantiate(cfg.model)
     callbacks: list[Callback] = _instantiate_all(cfg.get("callbacks"))
-    loggers: list[Logger] = _instantiate_all(cfg.get("logger"))
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     for logger in loggers:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
@@ -176,7 +181,7 @@ def fit(cfg: DictConfig) -> tuple[L.Trainer, list[Callback], list[Logger]]:
     # weights_only: a checkpoint is data, never code (local_checkpoint refuses URLs, which Lightning would unpickle)
     resume = str(local_checkpoint(resume)) if resume else None
     trainer.fit(model, datamodule=datamodule, ckpt_path=resume, weights_only=True)
-    return trainer, callbacks, loggers
+    return trainer, callbacks
 
 
 def pretrain_config(cfg: DictConfig) -> DictConfig:
@@ -204,15 +209,22 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     cfg = resume_folder(cfg)
     L.seed_everything(cfg.seed, workers=True)
     if cfg.get("pretrain") and not cfg.get("ckpt_path"):
-        _, pre_callbacks, pre_loggers = fit(pretrain_config(cfg))
-        close_loggers(pre_loggers)  # the fine-tuning logs into a run of its own
+        pre = pretrain_config(cfg)
+        with closing(make_loggers(pre)) as pre_loggers:  # the fine-tuning logs into a run of its own
+            _, pre_callbacks = fit(pre, pre_loggers)
         last = last_checkpoint(pre_callbacks)
         if last:
             cfg = OmegaConf.merge(cfg, {"model": {"init_from": last}})
             log.info("fine-tuning from the KG-completion checkpoint %s", last)
         L.seed_everything(cfg.seed, workers=True)
+    # closed even when the job fails: the next job in this process (a Hydra multirun) starts its own run
+    with closing(make_loggers(cfg)) as loggers:
+        return fit_and_evaluate(cfg, loggers)
 
-    trainer, callbacks, loggers = fit(cfg)
+
+def fit_and_evaluate(cfg: DictConfig, loggers: list[Logger]) -> dict[str, Any]:
+    """Fit, test and evaluate the best checkpoint, file the run (see :func:`run_train`); logs into ``loggers``."""
+    trainer, callbacks = fit(cfg, loggers)
     # a fast_dev_run is a smoke test of the loops: Lightning writes no real checkpoint to evaluate
     best = None if trainer.fast_dev_run else best_checkpoint(callbacks)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
@@ -222,13 +234,15 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     evals: dict[str, EvalResult] = {}
     if cfg.get("evaluate") and best and trainer.is_global_zero:
         for name in eval_datasets(cfg):
-            evals[name] = result = run_eval(evaluation_config(cfg, best, name))
+            eval_cfg = evaluation_config(cfg, best, name)
+            evals[name] = result = run_eval(eval_cfg)
+            figures = evaluation_figures(result, eval_cfg.output_dir)  # PNGs beside metrics.json
             prefix = "eval" if name == cfg.data.name else f"eval/{name}"
             for logger in loggers:  # a WandbLogger keeps the last value of each key as the run's summary
                 logger.log_metrics(
                     {f"{prefix}/{m}": iv.mean for m, iv in result.overall[cfg.run_name].items() if hasattr(iv, "mean")}
                 )
-            log_evaluation(loggers, result, None, prefix)  # wandb: the table and the rankings as Tables
+            log_evaluation(loggers, result, None, prefix, figures)  # wandb: Tables and the figures as Images
     if best and trainer.is_global_zero:
         log_evaluation(loggers, None, best)  # wandb: an artifact online, a copy in the run folder offline
     stored = []
@@ -239,7 +253,6 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
             logger.log_hyperparams({"results": [str(p) for p in stored], "num_parameters": num_parameters(model)})
     log.info("best checkpoint: %s", best)
     first = next(iter(evals.values()), None)
-    close_loggers(loggers)  # the next job in this process (a Hydra multirun) starts its own run
     return {"metrics": metrics, "best_checkpoint": best, "eval": first, "evals": evals, "stored": stored}
 
 

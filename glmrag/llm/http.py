@@ -12,7 +12,9 @@ OpenAI client (``http://127.0.0.1:8008/v1``).
   ``max_backoff``; a ``Retry-After`` header is honoured within that cap). Other
   answers (401, 404, ...) fail at once with what to fix.
 - At most ``concurrency`` requests are in flight, across all threads using this object.
-- Responses are cached on disk under ``cache_dir``, one JSON file per request,
+- Responses are cached on disk under ``cache_dir``, one checksummed JSON file per request
+  (:func:`glmrag.io.write_cache_json`: atomic, so concurrent runs need no lock; a truncated, edited
+  or older checksum-less file is a miss, warned, asked again and rewritten),
   keyed by a hash of (base_url, endpoint, model, messages or prompt, settings).
   Only greedy requests (temperature 0) are cached unless ``cache_sampled``.
   A cache hit is counted as a call and a ``cache_hit`` and costs 0 seconds.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
@@ -31,8 +34,10 @@ from typing import Any
 
 import httpx
 
-from glmrag.io import atomic_write_text, cache_root
+from glmrag.io import cache_root, load_cached_json, write_cache_json
 from glmrag.llm.base import LLM, LLM_RETRIES, Generation, LLMError, Prompt, UsageCounter, truncate_at_stop
+
+log = logging.getLogger(__name__)
 
 _RETRY_STATUS = {429, 500, 502, 503, 504}
 
@@ -258,15 +263,19 @@ class HTTPLLM(LLM):
         fields["text"], _ = truncate_at_stop(fields["text"], stop)  # servers that ignore stop
         if path is not None:
             record = {"request": {"base_url": self.base_url, "endpoint": endpoint, "body": body}, "response": fields}
-            atomic_write_text(path, json.dumps(record, ensure_ascii=False, indent=1))
+            write_cache_json(path, record)
         return Generation(**fields, seconds=time.perf_counter() - start), retries, len(unreadable)
 
     def _cached(self, path: Path) -> Generation | None:
+        """The cached answer at ``path``; None when missing or not intact (warned): asked again and rewritten."""
+        record = load_cached_json(path, f"LLM response cache {self.cache_dir}")
+        if record is None:
+            return None
         try:
-            fields = json.loads(path.read_text(encoding="utf-8"))["response"]
-            return Generation(**fields, seconds=0.0, cached=True)
-        except (OSError, ValueError, KeyError, TypeError):
-            return None  # missing or unreadable: asked again and rewritten
+            return Generation(**record["response"], seconds=0.0, cached=True)
+        except (KeyError, TypeError) as err:  # a record of another shape (hand-edited; its checksum updated)
+            log.warning("%s: not an LLM response record (%r); the request is sent again", path, err)
+            return None
 
     def _generate(
         self, prompts: list[Prompt], max_new_tokens: int, temperature: float, stop: list[str]

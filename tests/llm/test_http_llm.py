@@ -1,11 +1,11 @@
 """The HTTP client against a real server on 127.0.0.1 that serves the tiny local model."""
 
-import json
 import socket
 
 import httpx
 import pytest
 
+from glmrag.io import read_cache_json
 from glmrag.llm.http import HTTPLLM, LLMError
 from glmrag.llm.local import LocalLLM
 from glmrag.llm.serve import LLMServer
@@ -83,7 +83,7 @@ def test_second_call_is_a_cache_hit(served, tmp_path):
         assert server.requests == 5
     files = sorted((tmp_path / "llm_cache").rglob("*.json"))
     assert len(files) == 3
-    record = json.loads(files[0].read_text())
+    record = read_cache_json(files[0])  # checksummed (glmrag.io)
     assert record["request"]["body"]["model"] == "tiny" and "text" in record["response"]
 
 

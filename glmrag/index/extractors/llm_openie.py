@@ -20,8 +20,8 @@ and counted in :attr:`Extractor.report`.
 Passages go through the LLM ``batch_size`` at a time, one ``generate`` call per
 stage and batch. Each passage's two raw answers are cached as one JSON file,
 keyed by the model, :data:`PROMPT_VERSION`, the generation limits and the
-passage's title and text (:class:`PassageCache`, written to a temp file and
-renamed), so an interrupted run resumes with the passages not yet done and a
+passage's title and text (:class:`PassageCache`: checksummed, written to a temp
+file and renamed), so an interrupted run resumes with the passages not yet done and a
 finished run is read back without a call. Parsing runs on every read, so the
 report of a cached run equals that of the run that filled the cache.
 """
@@ -36,7 +36,7 @@ from pathlib import Path
 
 from glmrag.data.types import Corpus, Passage
 from glmrag.index.extractors.base import Extractor, PassageExtraction, Triple
-from glmrag.io import atomic_write_text
+from glmrag.io import load_cached_json, write_cache_json
 from glmrag.llm.base import LLM, Generation, Message, UsageCounter
 from glmrag.llm.parse import parse_json
 from glmrag.progress import progress
@@ -129,11 +129,12 @@ def generation_record(g: Generation) -> dict:
 
 
 class PassageCache:
-    """One JSON file per passage: ``<cache_dir>/<kind>-<key>.json``, key a hash of the model, prompt and passage.
+    """One checksummed JSON file per passage: ``<cache_dir>/<kind>-<key>.json``, key a hash of the model,
+    prompt and passage (:func:`glmrag.io.write_cache_json`).
 
-    ``cache_dir`` None keeps the records in memory only (lost with the object).
-    Files are written to a temp file and renamed, so an interrupted run leaves
-    whole records only; an unreadable file is treated as missing (and redone).
+    ``cache_dir`` None keeps the records in memory only (lost with the object). Files are written
+    atomically, so an interrupted run leaves whole records only and concurrent runs need no lock; a
+    truncated, edited or older (checksum-less) file is treated as missing, with a warning, and redone.
     """
 
     def __init__(self, cache_dir: str | Path | None, kind: str, model: str, version: str) -> None:
@@ -150,16 +151,14 @@ class PassageCache:
         return self.cache_dir / f"{self.kind}-{key}.json" if self.cache_dir is not None else None
 
     def get(self, key: str) -> dict | None:
-        """The stored record, or None when there is none (or it does not read as a JSON object)."""
+        """The stored record, or None when there is none (or it is not an intact JSON object)."""
         if key in self._memory:
             return self._memory[key]
         path = self.path(key)
-        if path is None or not path.is_file():
+        if path is None:
             return None
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            log.warning("%s: unreadable cache record (%s); it is redone", path, err)
+        record = load_cached_json(path, f"LLM {self.kind} cache {self.cache_dir}")
+        if record is None:
             return None
         if not isinstance(record, dict):
             log.warning("%s: cache record is not a JSON object; it is redone", path)
@@ -171,7 +170,7 @@ class PassageCache:
         self._memory[key] = record
         path = self.path(key)
         if path is not None:
-            atomic_write_text(path, json.dumps(record, ensure_ascii=False, indent=1))
+            write_cache_json(path, record)
 
 
 def parse_counted(text: str, default, expect, report: Extractor, prefix: str):
