@@ -52,7 +52,7 @@ class IndexSettings:
     """Only entities with the same numbers (digit runs, as a multiset) can be synonyms."""
     synonym_exact_max: int = 100_000
     """Groups of up to this many entities get the exact synonym search (quadratic); larger ones an approximate
-    search (:mod:`glmrag.index.ann`, ~m^1.5, recall >= 0.999 measured in ``benchmarks/scaling.md``). The
+    search (:mod:`glmrag.index.ann`, ~m^1.5; recall measured in ``benchmarks/scaling.md``). The
     default keeps every index of the shipped datasets exact (2Wiki test: 59k entities in all)."""
     embed_model: str | None = DEFAULT_MODEL
     """Entity and mention embedding model; None: no embeddings, no synonyms, exact-match question links."""
