@@ -36,9 +36,11 @@ def test_approximate_search_finds_at_least_99_percent_of_the_exact_pairs_and_not
     pairs, scores = synonym_pairs(emb, 0.8, 10, eligible, exact_max=0)
     got = set(map(tuple, pairs.tolist()))
     assert len(want) > 2000  # the set is built to have many synonyms, some entities more than top-k
-    assert len(got & want) >= 0.99 * len(want)
-    assert got <= want
+    assert len(got & want) >= 0.99 * len(want)  # 0.9996 here; 0.985 with one probed cell instead of 8
+    # every returned pair qualifies (one missed above a row's top-k lets a lower-ranked qualifying one in)
     np.testing.assert_allclose(scores, [float(emb[i] @ emb[j]) for i, j in pairs.tolist()], atol=1e-5)
+    assert scores.min() >= 0.8 and eligible[pairs[:, 0]].all() and np.all(pairs[:, 0] != pairs[:, 1])
+    assert np.bincount(pairs[:, 0]).max() <= 10
     # ordered like the exact search: by row, then descending score
     assert np.all(np.diff(pairs[:, 0]) >= 0)
     same_row = pairs[1:, 0] == pairs[:-1, 0]
