@@ -30,7 +30,7 @@ synthetic entities 4 sqrt(m) cells took 3.9 s at recall 0.9995 (exact: 6.8 s); a
 per cell took 20 or 58 s at recall 0.9965 or 0.985 (exact: 46 s)."""
 N_PROBE = 8
 """Cells scanned per entity (recall of the exact pairs at threshold 0.8: 0.9989-0.9998 on synthetic sets of
-10k-30k entities, 0.980 on the 2Wiki entities as one group; ``benchmarks/scaling.md``)."""
+10k-30k entities; 0.980 on the 2Wiki entities as one group, 0.990 there with 16 probes; ``benchmarks/scaling.md``)."""
 TRAIN_PER_LIST = 40
 """k-means training points per cell (faiss warns below 39)."""
 QUERY_ROWS = 8192
