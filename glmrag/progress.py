@@ -3,7 +3,8 @@
 ``for x in progress(items, "spaCy extraction", unit="passage"): ...`` shows a tqdm bar when
 stderr is a terminal; otherwise (a log file, a batch job) it shows no bar and logs one INFO
 line when the stage ends: ``spaCy extraction: 1890 passages in 41.2 s (45.9 passage/s)``.
-``GLMRAG_QUIET=1`` (or :func:`set_quiet`) turns both off. :func:`quiet_third_party` lowers
+Work in uneven pieces (blocks of a search, batches of phrases) reports its units through
+:func:`stage_progress`. ``GLMRAG_QUIET=1`` (or :func:`set_quiet`) turns both off. :func:`quiet_third_party` lowers
 the INFO chatter of the libraries the jobs use to WARNING.
 """
 
@@ -13,7 +14,8 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 from tqdm.auto import tqdm
@@ -42,19 +44,35 @@ def progress(items: Iterable[T], stage: str, total: int | None = None, unit: str
     """Yield ``items``, showing the stage's progress (see the module docstring)."""
     if total is None and hasattr(items, "__len__"):
         total = len(items)  # type: ignore[arg-type]
+    with stage_progress(stage, total, unit) as advance:
+        for item in items:
+            advance()
+            yield item
+
+
+@contextmanager
+def stage_progress(stage: str, total: int | None = None, unit: str = "item") -> Iterator[Callable[[int], None]]:
+    """A stage whose work comes in uneven pieces: ``with stage_progress("embedding", 5000, "phrase") as advance:``
+    then ``advance(n)`` after each piece of ``n`` units; bar and summary line as for :func:`progress`."""
     quiet = is_quiet()
-    bar = not quiet and sys.stderr.isatty()
-    start, n = time.perf_counter(), 0
-    for item in tqdm(items, desc=stage, total=total, unit=unit, disable=not bar, leave=False):
-        n += 1
-        yield item
+    count = 0
+
+    def advance(n: int = 1) -> None:
+        nonlocal count
+        count += n
+        bar.update(n)
+
+    start = time.perf_counter()
+    with tqdm(desc=stage, total=total, unit=unit, disable=quiet or not sys.stderr.isatty(), leave=False) as bar:
+        yield advance
     if not quiet:
-        log.info("%s", stage_line(stage, n, unit, time.perf_counter() - start))
+        log.info("%s", stage_line(stage, count, unit, time.perf_counter() - start))
 
 
 def stage_line(stage: str, count: int, unit: str, seconds: float) -> str:
     """``stage: 1890 passages in 41.2 s (45.9 passage/s)``."""
-    units = unit if count == 1 else f"{unit}s"
+    plural = f"{unit[:-1]}ies" if unit.endswith("y") and unit[-2:-1] not in "aeiou" else f"{unit}s"
+    units = unit if count == 1 else plural
     rate = f" ({count / seconds:.1f} {unit}/s)" if seconds > 0 else ""
     return f"{stage}: {count} {units} in {seconds:.1f} s{rate}"
 

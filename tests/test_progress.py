@@ -12,6 +12,7 @@ def test_a_stage_logs_one_line_with_count_and_rate_when_not_on_a_terminal(caplog
     (line,) = [r.getMessage() for r in caplog.records]
     assert line.startswith("spaCy extraction: 5 passages in ") and line.endswith(" passage/s)")
     assert stage_line("LLM OpenIE", 1, "batch", 2.0) == "LLM OpenIE: 1 batch in 2.0 s (0.5 batch/s)"
+    assert stage_line("synonym search", 3, "entity", 1.0) == "synonym search: 3 entities in 1.0 s (3.0 entity/s)"
 
 
 def test_quiet_silences_the_stage_lines(caplog, monkeypatch):

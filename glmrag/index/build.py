@@ -50,6 +50,10 @@ class IndexSettings:
     """Entities with fewer letters and digits get no outgoing synonym edges (GFM-RAG: more than two)."""
     synonym_same_numbers: bool = True
     """Only entities with the same numbers (digit runs, as a multiset) can be synonyms."""
+    synonym_exact_max: int = 100_000
+    """Groups of up to this many entities get the exact synonym search (quadratic); larger ones an approximate
+    search (:mod:`glmrag.index.ann`, ~m^1.5; recall measured in ``benchmarks/scaling.md``). The
+    default keeps every index of the shipped datasets exact (2Wiki test: 59k entities in all)."""
     embed_model: str | None = DEFAULT_MODEL
     """Entity and mention embedding model; None: no embeddings, no synonyms, exact-match question links."""
     spacy_model: str = DEFAULT_SPACY_MODEL
@@ -66,9 +70,10 @@ class IndexSettings:
     def __post_init__(self) -> None:
         if not -1.0 <= self.synonym_threshold <= 1.0:
             raise ValueError(f"synonym_threshold is a cosine in [-1, 1], got {self.synonym_threshold}")
-        if self.synonym_top_k < 0 or self.synonym_min_chars < 0:
+        if self.synonym_top_k < 0 or self.synonym_min_chars < 0 or self.synonym_exact_max < 0:
             raise ValueError(
-                f"synonym_top_k and synonym_min_chars must be >= 0, got {self.synonym_top_k}, {self.synonym_min_chars}"
+                "synonym_top_k, synonym_min_chars and synonym_exact_max must be >= 0, got "
+                f"{self.synonym_top_k}, {self.synonym_min_chars}, {self.synonym_exact_max}"
             )
         if not -1.0 <= self.link_min_score <= 1.0:
             raise ValueError(f"link_min_score is a cosine in [-1, 1], got {self.link_min_score}")
@@ -190,7 +195,8 @@ def build_index(
     if emb is not None and settings.synonym_top_k > 0 and len(entities):
         eligible = np.array([alnum_count(e) >= settings.synonym_min_chars for e in entities])
         groups = number_groups(entities) if settings.synonym_same_numbers else None
-        pairs, _ = synonym_pairs(emb, settings.synonym_threshold, settings.synonym_top_k, eligible, groups)
+        threshold, top_k, exact_max = settings.synonym_threshold, settings.synonym_top_k, settings.synonym_exact_max
+        pairs, _ = synonym_pairs(emb, threshold, top_k, eligible, groups, exact_max=exact_max)
         eq = relation_id[SYNONYM_RELATION]
         synonyms = {(int(i), eq, int(j)) for i, j in pairs} - extracted
     timings["synonyms"] = time.perf_counter() - t1

@@ -16,8 +16,11 @@ import numpy as np
 
 from glmrag.index.embed_cache import PhraseEmbeddingCache, model_key
 from glmrag.index.offline_models import offline_model_path
+from glmrag.progress import stage_progress
 
 DEFAULT_MODEL = "offline:all-MiniLM-L6-v2"
+CHUNK_BATCHES = 16
+"""Batches per progress step of an embedding run (engineering choice: a step every few seconds on a CPU)."""
 
 
 def resolve_model_path(name: str) -> str:
@@ -91,12 +94,25 @@ class Embedder:
         return self._cache
 
     def _encode_distinct(self, texts: list[str]) -> np.ndarray:
-        """Shapes: ``texts`` (N,) -> (N, dim); sentence-transformers batches them longest first."""
-        out = self.model.encode(
-            list(texts),
-            batch_size=self.batch_size,
-            convert_to_numpy=True,
-            normalize_embeddings=True,
-            show_progress_bar=False,
-        )
-        return out.astype(np.float32, copy=False)
+        """Embed longest first in chunks of :data:`CHUNK_BATCHES` batches, one progress step per chunk.
+
+        Sorting the whole list by length (as sentence-transformers sorts one call's texts) keeps each batch's
+        padding short across chunks; rows come back in the order of ``texts``.
+
+        Shapes: ``texts`` (N,) -> (N, dim).
+        """
+        order = np.argsort([-len(t) for t in texts], kind="stable")  # (N,) longest first
+        chunk = self.batch_size * CHUNK_BATCHES
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        with stage_progress("embedding", len(texts), unit="phrase") as advance:
+            for start in range(0, len(texts), chunk):
+                rows = order[start : start + chunk]
+                out[rows] = self.model.encode(
+                    [texts[i] for i in rows],
+                    batch_size=self.batch_size,
+                    convert_to_numpy=True,
+                    normalize_embeddings=True,
+                    show_progress_bar=False,
+                )
+                advance(len(rows))
+        return out

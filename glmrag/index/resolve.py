@@ -2,7 +2,8 @@
 
 Both are nearest-neighbour searches over the (E, d) unit-norm entity
 embeddings, done in blocks of rows so that no (E, E) matrix is ever held:
-a block of ``b`` rows costs ``b * E`` floats (about 128 MB by default).
+a block of ``b`` rows costs ``b * E`` floats (about 128 MB by default). Synonym
+search over a large group switches to an approximate search (:mod:`glmrag.index.ann`).
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from glmrag.data.types import Question
+from glmrag.index.ann import ivf_candidates
 from glmrag.index.extractors.spacy_extractor import SKIP_LABELS, load_nlp, mention_spans
 from glmrag.index.kg import EntityLink
 from glmrag.index.normalize import normalize_phrase
+from glmrag.progress import stage_progress
 
 _BLOCK_FLOATS = 1 << 25
 
@@ -30,6 +33,7 @@ def synonym_pairs(
     eligible: np.ndarray | None = None,
     groups: np.ndarray | None = None,
     chunk_rows: int | None = None,
+    exact_max: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Directed synonym pairs ``(i, j)`` with their cosine, as GFM-RAG's ``augment_graph`` adds them.
 
@@ -39,11 +43,11 @@ def synonym_pairs(
     broken by the smaller ``j``. Mutual neighbours
     therefore give both ``(i, j)`` and ``(j, i)``.
 
-    The search is exact and blocked (no (E, E) matrix is held). Only eligible
-    rows are scored, and with ``groups`` each group is searched on its own
-    (pairs across groups cannot qualify), so the cost is
-    ``sum over groups of eligible_g * size_g * d``: still quadratic in the
-    largest group, a constant factor below the ``E^2 d`` of one search over all.
+    Only eligible rows are scored, and with ``groups`` each group is searched on its own (pairs
+    across groups cannot qualify). A group of at most ``exact_max`` members (all groups when None)
+    is searched exactly, in blocks (no (m, m) matrix is held): ``eligible_g * size_g * d``, quadratic
+    in the group. A larger group is searched approximately (:func:`glmrag.index.ann.ivf_candidates`,
+    near-linear in ``m``): every pair it returns qualifies, but a qualifying pair can be missed.
 
     Shapes: ``emb`` (E, d) unit rows -> pairs (S, 2) int64, scores (S,) float32,
     sorted by ``i`` then descending score.
@@ -56,22 +60,30 @@ def synonym_pairs(
         order = np.argsort(groups, kind="stable")  # members of a group stay in ascending id order
         cuts = np.flatnonzero(np.diff(groups[order])) + 1
         members_of = np.split(order, cuts) if n else []
+    members_of = [m for m in members_of if len(m) >= 2 and eligible[m].any()]
     pairs, scores = [], []
-    for members in members_of:
-        queries = members[eligible[members]]
-        if len(members) < 2 or not len(queries):
-            continue
-        keys = emb[members]  # (m, d)
-        step = _block_rows(len(members), chunk_rows)
-        for start in range(0, len(queries), step):
-            rows = queries[start : start + step]  # (b,) entity ids
-            block = emb[rows] @ keys.T  # (b, m)
-            block[np.arange(len(rows)), np.searchsorted(members, rows)] = -np.inf  # no self loops
-            r, c = np.nonzero(block >= threshold)
-            # a row lives in exactly one block, so its top-k is final here (memory: O(b * top_k) kept)
-            found, sims = _top_k_per_row(rows[r], members[c], block[r, c], top_k)
-            pairs.append(found)
-            scores.append(sims)
+    total = sum(int(eligible[m].sum()) for m in members_of)
+    with stage_progress("synonym search", total, unit="entity") as advance:
+        for members in members_of:
+            if exact_max is not None and len(members) > exact_max:
+                rows, cols, sims = ivf_candidates(emb[members], np.flatnonzero(eligible[members]), threshold, advance)
+                found, sims = _top_k_per_row(members[rows], members[cols], sims, top_k)
+                pairs.append(found)
+                scores.append(sims)
+                continue
+            queries = members[eligible[members]]
+            keys = emb[members]  # (m, d)
+            step = _block_rows(len(members), chunk_rows)
+            for start in range(0, len(queries), step):
+                rows = queries[start : start + step]  # (b,) entity ids
+                block = emb[rows] @ keys.T  # (b, m)
+                block[np.arange(len(rows)), np.searchsorted(members, rows)] = -np.inf  # no self loops
+                r, c = np.nonzero(block >= threshold)
+                # a row lives in exactly one block, so its top-k is final here (memory: O(b * top_k) kept)
+                found, sims = _top_k_per_row(rows[r], members[c], block[r, c], top_k)
+                pairs.append(found)
+                scores.append(sims)
+                advance(len(rows))
     if not pairs:
         return np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.float32)
     found, sims = np.concatenate(pairs), np.concatenate(scores)

