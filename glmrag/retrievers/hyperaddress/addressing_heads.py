@@ -45,7 +45,7 @@ import numpy as np
 from glmrag.data.types import Passage
 from glmrag.graph.hypergraph import Hypergraph, mention_spans
 from glmrag.io import atomic_write_text
-from glmrag.retrievers.reader_pointers import Reader, build_context, pointer_scores
+from glmrag.retrievers.hyperaddress.reader_pointers import Reader, build_context, pointer_scores
 
 log = logging.getLogger(__name__)
 

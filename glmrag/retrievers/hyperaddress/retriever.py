@@ -25,7 +25,7 @@ both from the passage that states the description and from the hyperedge it
 describes.
 
 **Steering** by a reader's addressing heads (§4.2) is
-:class:`~glmrag.retrievers.steering.Steering`, given as ``steering``; without
+:class:`~glmrag.retrievers.hyperaddress.steering.Steering`, given as ``steering``; without
 it the retriever is the walk-only variant.
 
 **Cost** (Fig. 5, Table 8): :meth:`HyperAddressRetriever.llm_cost` gives the
@@ -61,9 +61,9 @@ from glmrag.io import load_cached_array, write_cache_array
 from glmrag.llm.base import Usage
 from glmrag.progress import progress
 from glmrag.retrievers.base import Ranking
-from glmrag.retrievers.llm_descriptions import USAGE_TAG as DESCRIPTIONS_TAG
+from glmrag.retrievers.hyperaddress.llm_descriptions import USAGE_TAG as DESCRIPTIONS_TAG
+from glmrag.retrievers.hyperaddress.steering import HEADS_TAG, Steering
 from glmrag.retrievers.ppr import iterations_for
-from glmrag.retrievers.steering import HEADS_TAG, Steering
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ class HyperAddressRetriever:
     The hypergraph is built from the index's passage<->entity map and the
     corpus texts on first use (kept for the last index seen). Without
     ``steering`` this is "the walk without reading" (§5.3); with a
-    :class:`~glmrag.retrievers.steering.Steering` its rounds follow (§4.2).
+    :class:`~glmrag.retrievers.hyperaddress.steering.Steering` its rounds follow (§4.2).
     """
 
     name = "hyperaddress"
@@ -402,7 +402,7 @@ class HyperAddressRetriever:
     def index_llm_cost(self) -> dict[str, Usage]:
         """LLM usage of the index side (Table 8's index cost), summed over this process so far.
 
-        ``hyperaddress_descriptions``: the LLM descriptions (:mod:`glmrag.retrievers.llm_descriptions`;
+        ``hyperaddress_descriptions``: the LLM descriptions (:mod:`glmrag.retrievers.hyperaddress.llm_descriptions`;
         zero for sentence descriptions or when every passage came from the description cache);
         ``hyperaddress_heads``: the addressing-head selection passes (zero when heads are fixed or cached).
         """
