@@ -28,7 +28,7 @@ from glmrag.io import children_die_with_parent, local_checkpoint
 from glmrag.jobs.config_check import validate_train_config
 from glmrag.jobs.evaluate import hydra_overrides, resolved_config_yaml, run_eval
 from glmrag.jobs.loggers import close_loggers, log_evaluation
-from glmrag.models.datamodule import dataset_index_config
+from glmrag.models.kg_datamodule import dataset_index_config
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Question subgraphs for the GLM retriever, tokenised once into Parquet shards and streamed per epoch.
 
 :class:`SubgraphDataModule` serves the batches of :class:`glmrag.models.glm_inputs.GLMCollate` (its
-docstring is the batch contract). Unlike :class:`glmrag.models.datamodule.KGQADataModule`, whose GNN
+docstring is the batch contract). Unlike :class:`glmrag.models.gnn_datamodule.KGQADataModule`, whose GNN
 reads a whole KG, the GLM reads one budgeted subgraph per question, so a batch may mix KGs (``kg`` is
 per row) and the records are precomputed:
 
@@ -66,13 +66,10 @@ from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.index.store import content_manifest
 from glmrag.io import atomic_write_bytes, atomic_write_text, cache_root, default_mode
-from glmrag.models.datamodule import (
-    KGDataModule,
-    cached_question_embeddings,
-    check_train_fraction,
-    default_inputs_cache_dir,
-)
 from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record, record_schema
+from glmrag.models.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
+from glmrag.models.kg_datamodule import KGDataModule
+from glmrag.models.train_fraction import check_train_fraction
 from glmrag.progress import progress
 
 log = logging.getLogger(__name__)
@@ -357,7 +354,7 @@ class SubgraphDataModule(KGDataModule):
 
     Args:
         datasets, index, root, train_split, val_split, test_split, limit, train_fraction, seed, embed_model:
-            as :class:`~glmrag.models.datamodule.KGQADataModule`.
+            as :class:`~glmrag.models.gnn_datamodule.KGQADataModule`.
         num_workers: DataLoader workers per process; None: from the cores (:attr:`num_workers`).
         batch_size: GLOBAL batch size, split evenly over devices (GLM-RAG Table 14: 2).
         tokenizer: the GLM's tokenizer: a hub name, a folder, or an ``offline:`` model; must match the module's.
