@@ -1,5 +1,5 @@
 """Files on disk: the cache root, atomic writes (a reader sees the old file or the new one, never half),
-checksummed cache arrays, and checkpoint paths that are loaded weights-only."""
+checksummed cache arrays and tensor dicts, and checkpoint paths that are loaded weights-only."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import os
 import re
 import signal
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,17 +121,12 @@ class CacheError(RuntimeError):
     """A cache file that cannot be trusted (truncated, edited, of another format); delete it to rebuild."""
 
 
-def write_cache_array(path: str | os.PathLike[str], array: np.ndarray) -> Path:
-    """Save ``array`` (no objects) at ``path`` atomically, behind a header with its SHA-256."""
-    buf = io.BytesIO()
-    np.save(buf, np.asarray(array), allow_pickle=False)
-    payload = buf.getvalue()
+def _write_cache_payload(path: str | os.PathLike[str], payload: bytes) -> Path:
     return atomic_write_bytes(path, CACHE_MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
 
 
-def read_cache_array(path: str | os.PathLike[str]) -> np.ndarray:
-    """The array saved by :func:`write_cache_array`; :class:`CacheError` (naming the file) when it is not intact."""
-    path = Path(path)
+def _read_cache_payload(path: Path) -> bytes:
+    """The payload behind the header, checksum verified; :class:`CacheError` (naming the file) otherwise."""
     try:
         blob = path.read_bytes()
     except OSError as err:
@@ -142,22 +137,74 @@ def read_cache_array(path: str | os.PathLike[str]) -> np.ndarray:
         raise CacheError(f"{path}: not a glmrag cache file (an older format or another file); delete it to rebuild")
     if hashlib.sha256(payload).hexdigest().encode() != digest:
         raise CacheError(f"{path}: checksum mismatch (truncated or edited); delete it to rebuild")
+    return payload
+
+
+def write_cache_array(path: str | os.PathLike[str], array: np.ndarray) -> Path:
+    """Save ``array`` (no objects) at ``path`` atomically, behind a header with its SHA-256."""
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(array), allow_pickle=False)
+    return _write_cache_payload(path, buf.getvalue())
+
+
+def read_cache_array(path: str | os.PathLike[str]) -> np.ndarray:
+    """The array saved by :func:`write_cache_array`; :class:`CacheError` (naming the file) when it is not intact."""
+    path = Path(path)
+    payload = _read_cache_payload(path)
     try:
         return np.load(io.BytesIO(payload), allow_pickle=False)
     except (ValueError, OSError) as err:
         raise CacheError(f"{path}: unreadable array ({err}); delete it to rebuild") from err
 
 
-def load_cached_array(path: str | os.PathLike[str]) -> np.ndarray | None:
-    """The cached array at ``path``, or None (logged) when it is missing or not intact, so the caller rebuilds it."""
+def write_cache_tensors(path: str | os.PathLike[str], value: Mapping[str, Any]) -> Path:
+    """Save a dict of tensors, lists, strings and numbers at ``path`` atomically, behind a header with its SHA-256.
+
+    Written with ``torch.save`` and read back weights-only (:func:`read_cache_tensors`), so a cache file can
+    never run code: only tensors and plain containers load.
+    """
+    import torch  # here, not at the top: the io floor is imported by modules that never touch torch
+
+    buf = io.BytesIO()
+    torch.save(dict(value), buf)
+    return _write_cache_payload(path, buf.getvalue())
+
+
+def read_cache_tensors(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The dict saved by :func:`write_cache_tensors`; :class:`CacheError` (naming the file) when it is not intact
+    or holds anything but tensors and plain containers."""
+    import torch
+
+    path = Path(path)
+    payload = _read_cache_payload(path)
+    try:
+        value = torch.load(io.BytesIO(payload), weights_only=True)
+    except Exception as err:  # torch raises pickle, zip and runtime errors alike for a payload it refuses
+        raise CacheError(f"{path}: unreadable tensors ({err}); delete it to rebuild") from err
+    if not isinstance(value, dict):
+        raise CacheError(f"{path}: holds a {type(value).__name__}, not a dict of tensors; delete it to rebuild")
+    return value
+
+
+def _load_cached(path: str | os.PathLike[str], read: Callable[[Path], Any]) -> Any:
     path = Path(path)
     if not path.is_file():
         return None
     try:
-        return read_cache_array(path)
+        return read(path)
     except CacheError as err:
         log.warning("ignoring a bad cache file, rebuilding: %s", err)
         return None
+
+
+def load_cached_array(path: str | os.PathLike[str]) -> np.ndarray | None:
+    """The cached array at ``path``, or None (logged) when it is missing or not intact, so the caller rebuilds it."""
+    return _load_cached(path, read_cache_array)
+
+
+def load_cached_tensors(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The cached dict at ``path``, or None (logged, naming the file) when it is missing or not intact."""
+    return _load_cached(path, read_cache_tensors)
 
 
 def check_writable(folder: str | os.PathLike[str], what: str) -> Path:

@@ -7,9 +7,7 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import logging
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -21,13 +19,11 @@ from glmrag.data.types import Question
 from glmrag.index.embed import DEFAULT_MODEL, Embedder
 from glmrag.index.kg import KGIndex
 from glmrag.index.store import content_manifest
-from glmrag.io import atomic_write_bytes, cache_root
+from glmrag.io import cache_root, load_cached_tensors, write_cache_tensors
 from glmrag.nn.graph_inputs import GraphInputs, graph_inputs
 
-log = logging.getLogger(__name__)
-
-INPUTS_FORMAT = 1
-"""Version of the cached GNN-input files; bump it when their content changes."""
+INPUTS_FORMAT = 2
+"""Version of the cached GNN-input files; bump it when their content changes (2: checksummed, :mod:`glmrag.io`)."""
 
 
 def default_inputs_cache_dir() -> str:
@@ -40,17 +36,18 @@ def _key(*parts: Any) -> str:
 
 
 def _load_or_compute(path: Path | None, compute) -> dict[str, Any]:
-    """``compute()`` (a dict of tensors, lists, numbers), read from ``path`` when there, else written there."""
-    if path is not None and path.exists():
-        try:
-            return torch.load(path, weights_only=True)
-        except Exception as err:  # a truncated or foreign file: recompute it
-            log.warning("recomputing %s: %s", path, err)
+    """``compute()`` (a dict of tensors, lists, numbers), read from ``path`` when there and intact, else written there.
+
+    A damaged file (truncated, edited, of the old unchecked format) fails its checksum and is rebuilt with a
+    warning naming it (:func:`glmrag.io.load_cached_tensors`); it is loaded weights-only, so it cannot run code.
+    """
+    if path is not None:
+        cached = load_cached_tensors(path)  # None when missing or not intact
+        if cached is not None:
+            return cached
     value = compute()
     if path is not None:
-        buf = io.BytesIO()
-        torch.save(value, buf)
-        atomic_write_bytes(path, buf.getvalue())
+        write_cache_tensors(path, value)
     return value
 
 
@@ -65,7 +62,7 @@ def cached_graph_inputs(
     so a rebuilt index never reads stale inputs.
     """
     key = _key(content_manifest(index.manifest), embed_model, node_features)
-    path = Path(cache_dir) / f"graph-{key}.pt" if cache_dir else None
+    path = Path(cache_dir) / f"graph-{key}.cache" if cache_dir else None
 
     def compute() -> dict[str, Any]:
         graph = graph_inputs(index, Embedder(embed_model), node_features=node_features)
@@ -79,7 +76,7 @@ def cached_question_embeddings(
 ) -> dict[str, torch.Tensor]:
     """Question id -> (d,) sentence embedding of its text, cached in ``cache_dir`` (None: no disk cache)."""
     ids, texts = [q.id for q in questions], [q.question for q in questions]
-    path = Path(cache_dir) / f"questions-{_key(ids, texts, embed_model)}.pt" if cache_dir else None
+    path = Path(cache_dir) / f"questions-{_key(ids, texts, embed_model)}.cache" if cache_dir else None
 
     def compute() -> dict[str, Any]:
         return {"ids": ids, "emb": torch.from_numpy(Embedder(embed_model).encode(texts))}
