@@ -35,11 +35,11 @@ steering reader's forward passes per question of the last ``retrieve``;
 descriptions, addressing-head selection).
 
 **Constants.** App. A selects the constants on MuSiQue development questions
-(Table 6), but the text copy of the paper (``/work/shared/papers/002_*``) does
-not list Table 6's values. Defaults here are therefore stated choices, not the
-paper's: ``damping`` 0.5 (HippoRAG's, as the PPR baseline), ``restart_top`` 20,
-``temperature`` 0.1, ``passage_share`` 0.5. Every one is a constructor
-argument and a key of ``configs/retriever/hyperaddress.yaml``.
+(Table 6), but the paper's text does not list Table 6's values. Defaults here
+are therefore stated choices, not the paper's: ``damping`` 0.5 (HippoRAG's, as
+the PPR baseline), ``restart_top`` 20, ``temperature`` 0.1, ``passage_share``
+0.5. Every one is a constructor argument and a key of
+``configs/retriever/hyperaddress.yaml``.
 """
 
 from __future__ import annotations
