@@ -37,13 +37,11 @@ from torch.utils.data import DataLoader
 
 from glmrag.data.registry import load_dataset
 from glmrag.index.cache import get_index
-from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.models.gnn_batches import KGCCollate, LocalBatches, QACollate, QARecord, TripleRecord
 from glmrag.models.gnn_input_cache import cached_graph_inputs, cached_question_embeddings, default_inputs_cache_dir
 from glmrag.models.kg_datamodule import KGDataModule
 from glmrag.models.kg_sampler import KGBatchSampler
-from glmrag.models.train_fraction import check_train_fraction
 from glmrag.nn.graph_inputs import GraphInputs
 
 log = logging.getLogger(__name__)
@@ -59,45 +57,33 @@ class KGQADataModule(KGDataModule):
         index: the index config (``configs/index/default.yaml``): cache_dir, extractor, rebuild, embed_model,
             synonym_threshold, synonym_top_k, spacy_processes. ``extractor`` may map dataset name -> extractor
             (e.g. ``{musique100: openie, toy: spacy}``) when the datasets need different ones.
-        root: data folder of external datasets (None: ``$GLMRAG_DATA_DIR`` or ``../shared/data``).
-        train_split, val_split, test_split: registry splits; None skips that stage's data.
-        limit: keep the first ``limit`` questions of each split of each dataset (None: all).
-        train_fraction: train on this share in (0, 1] of the training questions of each dataset, drawn with
-            ``seed`` and nested across fractions (GLM-RAG App. C, Fig. 7 data scaling; :func:`fraction_of`).
         batch_size: GLOBAL batch size, split evenly over devices (GLM-RAG Table 14, GFM-RAG: 4).
         num_workers: DataLoader workers.
-        seed: shuffling seed (the order also depends on the epoch).
-        embed_model: sentence encoder of questions and relation names; must match the module's ``embed_model``.
         node_features: give the GNN the index's entity embeddings (GFM-RAG+, ``use_node_features``).
         task: ``qa`` (fine-tuning) or ``kgc`` (training batches are triples: KG-completion pretraining).
         inputs_cache_dir: where relation features and question embeddings are cached
             (None: ``$GLMRAG_CACHE_DIR/gnn_inputs``).
+        questions: the fields of :class:`~glmrag.models.kg_datamodule.QuestionSettings` (root, train_split,
+            val_split, test_split, limit, train_fraction, seed, embed_model), as keyword arguments;
+            ``embed_model`` also embeds the relation names.
     """
 
     def __init__(
         self,
         datasets: Sequence[str] | str,
         index: Mapping[str, Any],
-        root: str | None = None,
-        train_split: str | None = "train",
-        val_split: str | None = "validation",
-        test_split: str | None = "test",
-        limit: int | None = None,
-        train_fraction: float = 1.0,
         batch_size: int = 4,
         num_workers: int = 0,
-        seed: int = 0,
-        embed_model: str = DEFAULT_MODEL,
         node_features: bool = False,
         task: str = "qa",
         inputs_cache_dir: str | None = None,
+        **questions: Any,
     ) -> None:
         super().__init__()
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
-        datasets, index = self.plain_arguments(datasets, index)
-        train_fraction = check_train_fraction(train_fraction)
-        self.save_hyperparameters(logger=False)
+        datasets, index, questions = self.plain_arguments(datasets, index, questions)
+        self.save_hyperparameters(logger=False)  # questions' fields flat, as in the config
         self.inputs_cache_dir = inputs_cache_dir or default_inputs_cache_dir()
         self.batch_size_per_device = batch_size
         self.indexes: dict[str, KGIndex] = {}
@@ -189,12 +175,3 @@ class KGQADataModule(KGDataModule):
             num_workers=self.hparams.num_workers,
             persistent_workers=self.hparams.num_workers > 0,
         )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train_split", train=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val_split", train=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test_split", train=False)
