@@ -24,9 +24,9 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from glmrag.eval.report import _label
+from glmrag.eval.outputs import _label
 from glmrag.eval.store import StoredRun
-from glmrag.eval.study_report import MISSING, Row, _sort_key
+from glmrag.eval.study_tables import MISSING, Row, _sort_key
 
 METRIC = "recall@2"
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")

@@ -140,7 +140,7 @@ def evaluation_config(cfg: DictConfig, ckpt_path: str, dataset: str | None = Non
     ``<output_dir>/eval_<dataset>``; ``index.extractor`` may map dataset names to extractors.
     """
     name = dataset or cfg.data.name
-    checkpoint = {"_target_": "glmrag.retrievers.checkpoint.load_checkpoint_retriever", "ckpt_path": ckpt_path}
+    checkpoint = {"_target_": "glmrag.retrievers.gnn_checkpoint.load_checkpoint_retriever", "ckpt_path": ckpt_path}
     retrievers = {cfg.run_name: checkpoint}
     retrievers.update(OmegaConf.to_container(cfg.baselines, resolve=True) or {})
     # index.extractor may map each dataset to its extractor: the evaluated dataset's

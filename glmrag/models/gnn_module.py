@@ -13,7 +13,7 @@ Validation and test rank passages from the entity logits with the evaluator's
 document ranker (:func:`~glmrag.index.ranking.rank_passages`) and
 score them with :func:`glmrag.index.ranking_metrics.retrieval_metrics`, so
 ``val/recall@2`` is the number the evaluator reports for a
-:class:`~glmrag.retrievers.checkpoint.CheckpointRetriever` of this module on
+:class:`~glmrag.retrievers.gnn_checkpoint.CheckpointRetriever` of this module on
 the same questions (passage lists of ``max(ks)``; questions without gold
 passages excluded, as the evaluator does).
 
@@ -31,7 +31,7 @@ GNN read the same triplets for the same ``max_hops``, ``max_triplets`` and
 subgraph only (:class:`~glmrag.nn.subgraph_batch.SubgraphBatch`), entities outside it get
 ``-inf``, and the loss is normalised over the subgraph's entities, as the GLM's
 masked ListCE (GLM-RAG App. B.2). The settings are hyper-parameters, so a
-:class:`~glmrag.retrievers.checkpoint.CheckpointRetriever` rebuilds the same
+:class:`~glmrag.retrievers.gnn_checkpoint.CheckpointRetriever` rebuilds the same
 subgraphs; the module selects them itself from the DataModule's index (cached per
 question), so the DataModule needs no subgraph settings. KG-completion
 pretraining (``stage="kgc"``) always runs on the whole KG, as in GFM-RAG.
@@ -108,7 +108,7 @@ class GNNRetrieverModule(RetrieverModule):
         ks: cut-offs of the logged ``recall@k``; must include 2.
         ranker, top_entities: document ranker of validation/test (GFM-RAG ``idf_topk`` over 20 entities).
         embed_model: sentence encoder of questions and relations the GNN reads; checked against the DataModule
-            and used by :class:`~glmrag.retrievers.checkpoint.CheckpointRetriever`.
+            and used by :class:`~glmrag.retrievers.gnn_checkpoint.CheckpointRetriever`.
         init_from: a checkpoint of this module (e.g. the ``kgc`` stage) whose GNN weights start ``fit``.
     """
 

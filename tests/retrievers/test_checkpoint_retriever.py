@@ -17,7 +17,7 @@ from glmrag.index.cache import get_index
 from glmrag.models.gnn_datamodule import KGQADataModule
 from glmrag.models.gnn_module import GNNRetrieverModule
 from glmrag.retrievers.base import Retriever
-from glmrag.retrievers.checkpoint import CheckpointRetriever
+from glmrag.retrievers.gnn_checkpoint import CheckpointRetriever
 
 VAL_LIMIT = 12
 
