@@ -2,7 +2,7 @@
 
 GLM-RAG §5.5, Table 3 restricts GFM-RAG* to at most 600 / 500 / 400 / 300
 triplets of each question's 2-hop subgraph. The restricted GNN runs on the
-disjoint union of the batch's subgraphs (:class:`glmrag.nn.gnn.SubgraphBatch`),
+disjoint union of the batch's subgraphs (:class:`glmrag.nn.subgraph_batch.SubgraphBatch`),
 so its cost follows the subgraph sizes instead of the KG's. Both forwards run
 in this process on the same questions, weights and threads, interleaved
 (whole KG, then each budget, per repeat), and the ratio of medians is reported;
@@ -38,8 +38,8 @@ from hydra import compose, initialize_config_dir
 from glmrag.data.registry import load_dataset
 from glmrag.index.cache import get_index
 from glmrag.jobs import config_path  # noqa: F401  (registers the ${glmrag_cache:} resolver the configs use)
-from glmrag.models.datamodule import cached_graph_inputs
 from glmrag.models.glm_inputs import SubgraphSettings
+from glmrag.models.gnn_input_cache import cached_graph_inputs
 from glmrag.models.gnn_module import question_subgraphs, subgraph_batch
 from glmrag.nn.gnn import GNNConfig, QueryGNN
 from glmrag.nn.graph_inputs import graph_inputs, seed_weights

@@ -105,7 +105,7 @@ def get_retriever(name_or_checkpoint: str | Path, **kwargs: Any) -> Retriever:
     target = str(name_or_checkpoint)
     if target.endswith(".ckpt"):
         node = OmegaConf.create(
-            {"_target_": "glmrag.retrievers.checkpoint.load_checkpoint_retriever", "ckpt_path": target} | kwargs
+            {"_target_": "glmrag.retrievers.gnn_checkpoint.load_checkpoint_retriever", "ckpt_path": target} | kwargs
         )
     else:
         path = config_dir() / "retriever" / f"{target}.yaml"

@@ -1,5 +1,5 @@
 """Files on disk: the cache root, atomic writes (a reader sees the old file or the new one, never half),
-checksummed cache files (arrays and JSON records), and checkpoint paths that are loaded weights-only."""
+checksummed cache files (arrays, tensor dicts and JSON records), and checkpoint paths that are loaded weights-only."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def load_checkpoint_dict(path: str | os.PathLike[str], key: str = "ckpt_path") -
 # --- caches: atomic, checksummed, loaded with a clear error ----------------------------------------------
 #
 # Every cache file is CACHE_MAGIC, the SHA-256 of the payload in hex, a newline, then the payload (an .npy
-# array or UTF-8 JSON). Writes are atomic (atomic_write_bytes), so concurrent writers need no lock: a reader
+# array, a weights-only torch.save dict or UTF-8 JSON). Writes are atomic (atomic_write_bytes), so concurrent writers need no lock: a reader
 # sees one writer's whole file or another's, never a mix, and two writers of one key write the same record
 # (the key hashes everything the record depends on), so the last rename losing the other's is harmless.
 
@@ -174,6 +174,40 @@ def load_cached_array(path: str | os.PathLike[str], what: str = "array cache") -
 
     ``what`` names the cache in the warnings (see :func:`load_cached_json`)."""
     return _load_cached(read_cache_array, path, what)
+
+
+def load_cached_tensors(path: str | os.PathLike[str], what: str = "tensor cache") -> dict[str, Any] | None:
+    """The cached dict at ``path``, or None (logged, naming the file) when it is missing or not intact."""
+    return _load_cached(read_cache_tensors, path, what)
+
+
+def write_cache_tensors(path: str | os.PathLike[str], value: Mapping[str, Any]) -> Path:
+    """Save a dict of tensors, lists, strings and numbers at ``path`` atomically, behind a header with its SHA-256.
+
+    Written with ``torch.save`` and read back weights-only (:func:`read_cache_tensors`), so a cache file can
+    never run code: only tensors and plain containers load.
+    """
+    import torch  # here, not at the top: the io floor is imported by modules that never touch torch
+
+    buf = io.BytesIO()
+    torch.save(dict(value), buf)
+    return _write_cache_payload(path, buf.getvalue())
+
+
+def read_cache_tensors(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The dict saved by :func:`write_cache_tensors`; :class:`CacheError` (naming the file) when it is not intact
+    or holds anything but tensors and plain containers."""
+    import torch
+
+    path = Path(path)
+    payload = _read_cache_payload(path)
+    try:
+        value = torch.load(io.BytesIO(payload), weights_only=True)
+    except Exception as err:  # torch raises pickle, zip and runtime errors alike for a payload it refuses
+        raise CacheError(f"{path}: unreadable tensors ({err}); delete it to rebuild") from err
+    if not isinstance(value, dict):
+        raise CacheError(f"{path}: holds a {type(value).__name__}, not a dict of tensors; delete it to rebuild")
+    return value
 
 
 def write_cache_json(path: str | os.PathLike[str], record: Any) -> Path:

@@ -2,7 +2,7 @@
 
 :func:`evaluate` takes the :class:`~glmrag.retrievers.base.Ranking` lists of
 several systems on the same questions and returns an :class:`EvalResult`;
-:func:`~glmrag.eval.report.write_outputs` (re-exported here) writes it as
+:func:`~glmrag.eval.outputs.write_outputs` (re-exported here) writes it as
 ``metrics.json``, ``per_question.jsonl`` and ``results.md``.
 
 Questions without gold passages have no retrieval metrics and are excluded
@@ -20,7 +20,7 @@ import numpy as np
 from glmrag.data.types import Question
 from glmrag.eval import breakdowns as bd
 from glmrag.eval.metrics import qa_metrics
-from glmrag.eval.report import format_markdown, write_outputs  # re-exported
+from glmrag.eval.outputs import format_markdown, write_outputs  # re-exported
 from glmrag.eval.result import EvalResult
 from glmrag.eval.significance import LEVEL, N_BOOT, bootstrap_ci, compare_to_reference
 from glmrag.index.kg import KGIndex

@@ -1,5 +1,5 @@
 """The evaluator's result: plain data that :func:`~glmrag.eval.evaluator.evaluate` fills and
-:mod:`glmrag.eval.report`, :mod:`glmrag.eval.store` and :mod:`glmrag.eval.traces` read (a module of its own,
+:mod:`glmrag.eval.outputs`, :mod:`glmrag.eval.store` and :mod:`glmrag.eval.traces` read (a module of its own,
 so that those readers need not import the evaluator that imports them)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from glmrag.eval.significance import Comparison, Interval
 
 @dataclass
 class EvalResult:
-    """Everything :func:`evaluate` measured; plain data, written by :mod:`glmrag.eval.report`."""
+    """Everything :func:`evaluate` measured; plain data, written by :mod:`glmrag.eval.outputs`."""
 
     systems: list[str]
     reference: str | None

@@ -2,7 +2,7 @@
 
 ``train.py`` and ``eval.py`` each file their run under ``results_dir`` (``results/<study>``)::
 
-    <results_dir>/<run id>/metrics.json   the evaluator's metrics.json (glmrag.eval.report.metrics_json),
+    <results_dir>/<run id>/metrics.json   the evaluator's metrics.json (glmrag.eval.outputs.metrics_json),
                                           plus "run" (who, on what data, key settings, parameter count)
                                           and "trainer" (the Trainer's metrics, test/* included)
     <results_dir>/<run id>/config.yaml    the run's resolved config
@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from glmrag.eval.report import metrics_json
+from glmrag.eval.outputs import metrics_json
 from glmrag.io import atomic_write_text, default_mode
 
 if TYPE_CHECKING:

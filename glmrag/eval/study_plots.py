@@ -26,10 +26,10 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from glmrag.eval.report import _label, metrics_json
+from glmrag.eval.outputs import _label, metrics_json
 from glmrag.eval.result import EvalResult
 from glmrag.eval.store import StoredRun
-from glmrag.eval.study_report import MISSING, Row, _sort_key
+from glmrag.eval.study_tables import MISSING, Row, _sort_key
 
 METRIC = "recall@2"
 FIGURE_GROUPINGS = ("hops", "n_supporting")

@@ -1,4 +1,4 @@
-"""What each LLM method decided, per question and per system (issue 12), for ``per_question.jsonl`` and ``results.md``.
+"""What each LLM method decided, per question and per system, for ``per_question.jsonl`` and ``results.md``.
 
 A retriever may offer (duck-typed, as the evaluator's other optional parts):
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from glmrag.eval.study_report import BOOKKEEPING_KEYS
+from glmrag.eval.study_tables import BOOKKEEPING_KEYS
 from glmrag.io import cache_root
 
 CONFIG_DIR_ENV = "GLMRAG_CONFIG_DIR"

@@ -28,8 +28,8 @@ from glmrag.data.types import Corpus, Question
 from glmrag.eval import EvalResult, evaluate, format_markdown, write_outputs
 from glmrag.eval.llm_failures import GuardedRetrieval, failure_summary
 from glmrag.eval.metrics import qa_metrics
+from glmrag.eval.outputs import COST_FIELDS, cost_columns
 from glmrag.eval.overlap import choose_split
-from glmrag.eval.report import COST_FIELDS, cost_columns
 from glmrag.eval.significance import Interval, bootstrap_ci
 from glmrag.eval.store import run_record, write_run
 from glmrag.eval.timing import timed_retrieve

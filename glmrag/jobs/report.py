@@ -28,7 +28,7 @@ from typing import Any
 
 from glmrag.eval.store import read_runs
 from glmrag.eval.study_plots import FIGURE_GROUPINGS, plot_breakdown, plot_scaling, plot_sweep
-from glmrag.eval.study_report import format_study_markdown, paper_csv, runs_csv, study_rows
+from glmrag.eval.study_tables import format_study_markdown, paper_csv, runs_csv, study_rows
 from glmrag.io import atomic_write_text
 
 WANDB_PROJECT = "glmrag"

@@ -29,7 +29,7 @@ from glmrag.io import children_die_with_parent, local_checkpoint
 from glmrag.jobs.config_check import validate_train_config
 from glmrag.jobs.evaluate import hydra_overrides, resolved_config_yaml, run_eval
 from glmrag.jobs.loggers import closing, log_evaluation
-from glmrag.models.datamodule import dataset_index_config
+from glmrag.models.kg_datamodule import dataset_index_config
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def evaluation_config(cfg: DictConfig, ckpt_path: str, dataset: str | None = Non
     ``<output_dir>/eval_<dataset>``; ``index.extractor`` may map dataset names to extractors.
     """
     name = dataset or cfg.data.name
-    checkpoint = {"_target_": "glmrag.retrievers.checkpoint.load_checkpoint_retriever", "ckpt_path": ckpt_path}
+    checkpoint = {"_target_": "glmrag.retrievers.gnn_checkpoint.load_checkpoint_retriever", "ckpt_path": ckpt_path}
     retrievers = {cfg.run_name: checkpoint}
     retrievers.update(OmegaConf.to_container(cfg.baselines, resolve=True) or {})
     # index.extractor may map each dataset to its extractor: the evaluated dataset's

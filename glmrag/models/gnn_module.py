@@ -13,11 +13,11 @@ Validation and test rank passages from the entity logits with the evaluator's
 document ranker (:func:`~glmrag.index.ranking.rank_passages`) and
 score them with :func:`glmrag.index.ranking_metrics.retrieval_metrics`, so
 ``val/recall@2`` is the number the evaluator reports for a
-:class:`~glmrag.retrievers.checkpoint.CheckpointRetriever` of this module on
+:class:`~glmrag.retrievers.gnn_checkpoint.CheckpointRetriever` of this module on
 the same questions (passage lists of ``max(ks)``; questions without gold
 passages excluded, as the evaluator does).
 
-The KGs come from the DataModule (:class:`~glmrag.models.datamodule.KGQADataModule`):
+The KGs come from the DataModule (:class:`~glmrag.models.gnn_datamodule.KGQADataModule`):
 in ``setup`` the module checks it and later reads ``trainer.datamodule.graph(kg)``
 and ``.index(kg)``; nothing graph-sized is stored in the module or its checkpoints.
 
@@ -28,10 +28,10 @@ the module selects each question's subgraph with the GLM's own call
 the seed :meth:`~glmrag.models.glm_inputs.SubgraphSettings.bfs_seed`), so GLM and
 GNN read the same triplets for the same ``max_hops``, ``max_triplets`` and
 ``subgraph_seed``. The GNN then passes messages of each question along its own
-subgraph only (:class:`~glmrag.nn.gnn.SubgraphBatch`), entities outside it get
+subgraph only (:class:`~glmrag.nn.subgraph_batch.SubgraphBatch`), entities outside it get
 ``-inf``, and the loss is normalised over the subgraph's entities, as the GLM's
 masked ListCE (GLM-RAG App. B.2). The settings are hyper-parameters, so a
-:class:`~glmrag.retrievers.checkpoint.CheckpointRetriever` rebuilds the same
+:class:`~glmrag.retrievers.gnn_checkpoint.CheckpointRetriever` rebuilds the same
 subgraphs; the module selects them itself from the DataModule's index (cached per
 question), so the DataModule needs no subgraph settings. KG-completion
 pretraining (``stage="kgc"``) always runs on the whole KG, as in GFM-RAG.
@@ -53,9 +53,10 @@ from glmrag.index.ranking import DOC_RANKER_ENTITIES, rank_passages
 from glmrag.models.glm_inputs import SubgraphSettings
 from glmrag.models.losses import gfm_rag_loss
 from glmrag.models.retriever_module import RetrieverModule
-from glmrag.nn.gnn import GNNConfig, QueryGNN, SubgraphBatch
+from glmrag.nn.gnn import GNNConfig, QueryGNN
 from glmrag.nn.graph_inputs import GraphInputs
 from glmrag.nn.kgc import ADVERSARIAL_TEMPERATURE, NUM_NEGATIVES, kgc_loss, sample_kgc_batch
+from glmrag.nn.subgraph_batch import SubgraphBatch
 
 STAGES = ("qa", "kgc")
 LEARNING_RATE = 5e-4
@@ -107,7 +108,7 @@ class GNNRetrieverModule(RetrieverModule):
         ks: cut-offs of the logged ``recall@k``; must include 2.
         ranker, top_entities: document ranker of validation/test (GFM-RAG ``idf_topk`` over 20 entities).
         embed_model: sentence encoder of questions and relations the GNN reads; checked against the DataModule
-            and used by :class:`~glmrag.retrievers.checkpoint.CheckpointRetriever`.
+            and used by :class:`~glmrag.retrievers.gnn_checkpoint.CheckpointRetriever`.
         init_from: a checkpoint of this module (e.g. the ``kgc`` stage) whose GNN weights start ``fit``.
     """
 

@@ -1,7 +1,7 @@
 """Question subgraphs for the GLM retriever, tokenised once into Parquet shards and streamed per epoch.
 
 :class:`SubgraphDataModule` serves the batches of :class:`glmrag.models.glm_inputs.GLMCollate` (its
-docstring is the batch contract). Unlike :class:`glmrag.models.datamodule.KGQADataModule`, whose GNN
+docstring is the batch contract). Unlike :class:`glmrag.models.gnn_datamodule.KGQADataModule`, whose GNN
 reads a whole KG, the GLM reads one budgeted subgraph per question, so a batch may mix KGs (``kg`` is
 per row) and the records are precomputed:
 
@@ -66,13 +66,9 @@ from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.index.store import content_manifest
 from glmrag.io import atomic_write_bytes, atomic_write_text, cache_root, default_mode
-from glmrag.models.datamodule import (
-    KGDataModule,
-    cached_question_embeddings,
-    check_train_fraction,
-    default_inputs_cache_dir,
-)
 from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record, record_schema
+from glmrag.models.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
+from glmrag.models.kg_datamodule import KGDataModule
 from glmrag.progress import progress
 
 log = logging.getLogger(__name__)
@@ -356,8 +352,7 @@ class SubgraphDataModule(KGDataModule):
     """GLM inputs of one or several KG-indexed datasets, streamed from cached shards (module docstring).
 
     Args:
-        datasets, index, root, train_split, val_split, test_split, limit, train_fraction, seed, embed_model:
-            as :class:`~glmrag.models.datamodule.KGQADataModule`.
+        datasets, index: as :class:`~glmrag.models.gnn_datamodule.KGQADataModule`.
         num_workers: DataLoader workers per process; None: from the cores (:attr:`num_workers`).
         batch_size: GLOBAL batch size, split evenly over devices (GLM-RAG Table 14: 2).
         tokenizer: the GLM's tokenizer: a hub name, a folder, or an ``offline:`` model; must match the module's.
@@ -369,22 +364,16 @@ class SubgraphDataModule(KGDataModule):
         shard_size: records per Parquet shard.
         shuffle_buffer: records in the training shuffle buffer.
         cache_dir: where the shards live (None: ``$GLMRAG_CACHE_DIR/glm_subgraphs``).
+        questions: the fields of :class:`~glmrag.models.kg_datamodule.QuestionSettings` (root, train_split,
+            val_split, test_split, limit, train_fraction, seed, embed_model), as keyword arguments.
     """
 
     def __init__(
         self,
         datasets: Sequence[str] | str,
         index: Mapping[str, Any],
-        root: str | None = None,
-        train_split: str | None = "train",
-        val_split: str | None = "validation",
-        test_split: str | None = "test",
-        limit: int | None = None,
-        train_fraction: float = 1.0,
         batch_size: int = 2,
         num_workers: int | None = None,
-        seed: int = 0,
-        embed_model: str = DEFAULT_MODEL,
         tokenizer: str = DEFAULT_MODEL,
         max_hops: int = MAX_HOPS,
         max_triplets: int = MAX_TRIPLETS,
@@ -398,10 +387,10 @@ class SubgraphDataModule(KGDataModule):
         shard_size: int = 256,
         shuffle_buffer: int = 1024,
         cache_dir: str | None = None,
+        **questions: Any,
     ) -> None:
         super().__init__()
-        datasets, index = self.plain_arguments(datasets, index)
-        train_fraction = check_train_fraction(train_fraction)
+        datasets, index, questions = self.plain_arguments(datasets, index, questions)
         if num_workers is not None and num_workers < 0:
             raise ValueError(f"num_workers must be >= 0 or null (chosen from the cores), got {num_workers}")
         if shard_size < 1 or shuffle_buffer < 1 or batch_size < 1:
@@ -543,12 +532,3 @@ class SubgraphDataModule(KGDataModule):
             persistent_workers=workers > 0,
             pin_memory=torch.cuda.is_available(),  # page-locked batches copy to the GPU asynchronously
         )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train_split", train=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val_split", train=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test_split", train=False)

@@ -27,30 +27,23 @@ the batch instead of being copied per question. (Flattening to ``(B * E, H)``
 would need an edge list B times as long with offsets ``b * E`` for the same
 arithmetic.) Memory is dominated by the ``(2T, B, H)`` messages of each layer.
 
-Budgeted subgraphs (GLM-RAG §5.5, Table 3: GFM-RAG* restricted to the GLM's
-600 / 500 / 400 / 300 triplets of each question's 2-hop subgraph): with a
-:class:`SubgraphBatch` the questions no longer share a graph, so the batch is
-laid out as PyG batches graphs, one disjoint union of per-question copies of
-each subgraph, ``(N, H)`` with ``N = sum_b N_b`` local nodes. A per-(question,
-edge) mask on the ``(2T, B, H)`` messages would also be exact, but would keep
-the whole-KG cost (every edge, every entity, every question) to compute
-messages that are then zeroed; the union costs ``O((N + 2S) H)`` per layer and
-only the subgraph's entities are ever updated, which is what a question
-restricted to its subgraph can score anyway.
+Budgeted subgraphs (GLM-RAG §5.5, Table 3): with a
+:class:`~glmrag.nn.subgraph_batch.SubgraphBatch` each question passes messages along its own
+subgraph only (:meth:`QueryGNN.score_subgraphs`); that module says why the batch is a disjoint union.
+The layer is :class:`~glmrag.nn.gnn_conv.QueryRelationalConv`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_geometric.nn import MessagePassing
 
+from glmrag.nn.gnn_conv import QueryRelationalConv
 from glmrag.nn.graph_inputs import GraphInputs
+from glmrag.nn.subgraph_batch import SubgraphBatch
 
 QUERY_INJECTIONS = ("all", "seeds", "hidden_all", "hidden_seeds")
 """GFM-RAG+ initial states. ``all`` and ``seeds`` are GLM-RAG App. B.1's two variants; ``hidden_all`` and
@@ -101,156 +94,6 @@ class GNNConfig:
                 f"(GLM-RAG App. B.1), so node_dim ({self.node_dim}) must equal question_dim ({self.question_dim}): "
                 "embed both with the same sentence encoder"
             )
-
-
-class QueryRelationalConv(MessagePassing):
-    r"""One layer of the query-dependent relational GNN (NBFNet / ULTRA, as used by GFM-RAG).
-
-    .. math::
-        \mathbf{r}^{\ell} = \mathrm{MLP}^{\ell}(\mathbf{r}), \qquad
-        \mathbf{a}_v = \mathbf{h}^{0}_v + \sum_{(u, r, v)} \mathbf{h}_u \odot \mathbf{r}^{\ell}_{r}, \qquad
-        \mathbf{h}'_v = \mathbf{h}_v + \mathrm{ReLU}\big(\mathrm{LayerNorm}(\mathbf{W}[\mathbf{h}_v \,\|\,
-        \mathbf{a}_v] + \mathbf{b})\big)
-
-    The DistMult message and sum aggregation follow GLM-RAG Table 14; the
-    boundary term ``h0`` is NBFNet's (Zhu et al. 2021, Eq. 6); each layer
-    projects the shared relation features with its own 2-layer MLP (ULTRA's
-    ``project_relations``). The residual is GFM-RAG's ``short_cut``.
-
-    Args:
-        hidden_channels: size H of node states and relation features.
-        dropout: dropout on the update before the residual.
-
-    Shapes:
-        - **x**, **boundary**: ``(N, *, H)``; ``*`` is any batch shape, e.g. ``(N, B, H)``
-        - **edge_index**: ``(2, E)``, **edge_type**: ``(E,)``
-        - **relation**: ``(num_edge_types, H)``, shared by the batch
-        - **output**: ``(N, *, H)``
-    """
-
-    def __init__(self, hidden_channels: int, dropout: float = 0.0) -> None:
-        super().__init__(aggr="sum", node_dim=0)
-        self.hidden_channels = hidden_channels
-        self.relation_proj = nn.Sequential(
-            nn.Linear(hidden_channels, hidden_channels),
-            nn.ReLU(),
-            nn.Linear(hidden_channels, hidden_channels),
-        )
-        self.linear = nn.Linear(2 * hidden_channels, hidden_channels)
-        self.norm = nn.LayerNorm(hidden_channels)
-        self.dropout = nn.Dropout(dropout)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        super().reset_parameters()
-        for module in (self.relation_proj[0], self.relation_proj[2], self.linear, self.norm):
-            module.reset_parameters()
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        boundary: torch.Tensor,
-        edge_index: torch.Tensor,
-        edge_type: torch.Tensor,
-        relation: torch.Tensor,
-    ) -> torch.Tensor:
-        relation = self.relation_proj(relation)  # (num_edge_types, H)
-        aggr = self.propagate(edge_index, x=x, relation=relation, edge_type=edge_type) + boundary  # (N, *, H)
-        update = F.relu(self.norm(self.linear(torch.cat([x, aggr], dim=-1))))  # (N, *, H)
-        return x + self.dropout(update)
-
-    def message(self, x_j: torch.Tensor, relation: torch.Tensor, edge_type: torch.Tensor) -> torch.Tensor:
-        r = relation.index_select(0, edge_type)  # (E, H)
-        r = r.view(r.shape[0], *([1] * (x_j.dim() - 2)), r.shape[1])  # (E, 1.., H): broadcast over the batch
-        return x_j * r  # (E, *, H)
-
-    def __repr__(self) -> str:
-        return f"{self.__class__.__name__}({self.hidden_channels})"
-
-
-@dataclass
-class SubgraphBatch:
-    """The budgeted subgraphs of B questions as one disjoint union (see the module docstring).
-
-    Question ``b`` owns the local nodes ``node_question == b``, one per entity of its subgraph, and the
-    edges between them: each of its triples ``h -> t`` and the inverse ``t -> h``, as
-    :class:`~glmrag.nn.graph_inputs.GraphInputs` adds them. No edge joins two questions, so message
-    passing of one question reads only its own subgraph. Build it with :meth:`from_triples`.
-    """
-
-    node_entity: torch.Tensor
-    """(N,) long: the KG entity id of each local node."""
-    node_question: torch.Tensor
-    """(N,) long: the question (batch row) each local node belongs to."""
-    edge_index: torch.Tensor
-    """(2, 2S) long, local nodes: the S triples of all questions ``h -> t``, then their inverses ``t -> h``."""
-    relation_ids: torch.Tensor
-    """(K,) long: the distinct edge types in ``[0, 2R)`` the edges use (only these relations are projected)."""
-    edge_relation: torch.Tensor
-    """(2S,) long: each edge's type as a position in :attr:`relation_ids`."""
-    num_questions: int
-    """B."""
-
-    @classmethod
-    def from_triples(
-        cls, triples: Sequence[np.ndarray], entities: Sequence[np.ndarray], num_relations: int
-    ) -> SubgraphBatch:
-        """One question per item: ``triples[b]`` ``(S_b, 3)`` (head, relation, tail) rows of the KG and
-        ``entities[b]`` ``(N_b,)`` the distinct entities it may score (every triple endpoint among them).
-
-        ``num_relations`` is R: the inverse of relation ``r`` is edge type ``r + R``.
-
-        Shapes: ``B`` items of ``(S_b, 3)`` and ``(N_b,)`` -> ``N = sum N_b`` nodes, ``2S = 2 sum S_b`` edges.
-        """
-        if len(triples) != len(entities):
-            raise ValueError(f"got triples of {len(triples)} questions but entities of {len(entities)}")
-        nodes, heads, tails, rels, offset = [], [], [], [], 0
-        for b, (rows, ents) in enumerate(zip(triples, entities, strict=True)):
-            rows = np.asarray(rows, dtype=np.int64).reshape(-1, 3)  # (S_b, 3)
-            ents = np.asarray(ents, dtype=np.int64)  # (N_b,)
-            order = np.argsort(ents, kind="stable")
-            ends = rows[:, [0, 2]]  # (S_b, 2)
-            where = np.searchsorted(ents[order], ends).clip(max=max(len(ents) - 1, 0))  # (S_b, 2)
-            missing = rows.size and (not ents.size or not np.all(ents[order][where] == ends))
-            if len(np.unique(ents)) != len(ents) or missing:
-                raise ValueError(
-                    f"subgraph of batch row {b}: entities must be distinct and hold every triple's head and "
-                    "tail; pass Subgraph.entities of glmrag.graph.subgraph.select_subgraph"
-                )
-            local = order[where] + offset  # (S_b, 2)
-            nodes.append(ents)
-            heads.append(local[:, 0])
-            tails.append(local[:, 1])
-            rels.append(rows[:, 1])
-            offset += len(ents)
-        node_question = np.repeat(np.arange(len(nodes)), [len(n) for n in nodes])  # (N,)
-        head, tail, rel = (np.concatenate([np.empty(0, np.int64), *a]) for a in (heads, tails, rels))  # (S,)
-        edge_type = np.concatenate([rel, rel + num_relations])  # (2S,)
-        relation_ids, edge_relation = np.unique(edge_type, return_inverse=True)  # (K,), (2S,)
-        return cls(
-            node_entity=torch.from_numpy(np.concatenate([np.empty(0, np.int64), *nodes])),
-            node_question=torch.from_numpy(node_question.astype(np.int64)),
-            edge_index=torch.from_numpy(np.stack([np.concatenate([head, tail]), np.concatenate([tail, head])])),
-            relation_ids=torch.from_numpy(relation_ids.astype(np.int64)),
-            edge_relation=torch.from_numpy(edge_relation.reshape(-1).astype(np.int64)),
-            num_questions=len(nodes),
-        )
-
-    @property
-    def num_nodes(self) -> int:
-        """N, the local nodes of all questions."""
-        return self.node_entity.shape[0]
-
-    def entity_mask(self, num_entities: int) -> torch.Tensor:
-        """Which entities each question's subgraph scores. Shapes: -> ``(B, E)`` bool."""
-        mask = torch.zeros(self.num_questions, num_entities, dtype=torch.bool, device=self.node_entity.device)
-        scored = torch.ones_like(self.node_entity, dtype=torch.bool)  # (N,)
-        return mask.index_put_((self.node_question, self.node_entity), scored)  # (B, E)
-
-    def to(self, device: torch.device | str) -> SubgraphBatch:
-        """A copy with every tensor on ``device``."""
-        moved = {k: v.to(device) for k, v in vars(self).items() if torch.is_tensor(v)}
-        return SubgraphBatch(**moved, num_questions=self.num_questions)
 
 
 class QueryGNN(nn.Module):

@@ -10,7 +10,8 @@ probability of following an edge rather than restarting.
 The walk is on the undirected multigraph of the index's triples, synonym
 (``equivalent``) edges included: each triple links head and tail both ways with
 weight 1 (parallel triples add up; a self-loop counts once), so the transition
-matrix is row-normalised adjacency. Conventions follow ``networkx.pagerank``,
+matrix is row-normalised adjacency. The power iteration is
+:mod:`glmrag.graph.pagerank`'s, with the conventions of ``networkx.pagerank``,
 which the tests compare against: an entity without edges (dangling) sends its
 mass to the restart distribution.
 
@@ -30,6 +31,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from glmrag.data.types import Corpus, Question
+from glmrag.graph.pagerank import Walk, transition
+from glmrag.graph.pagerank import personalized_pagerank as pagerank
 from glmrag.index.kg import KGIndex
 from glmrag.index.ranking import make_rankings, rank_passages, top_k_stable
 from glmrag.retrievers.base import Ranking
@@ -41,13 +44,9 @@ DAMPING = 0.5
 
 
 @dataclass(frozen=True)
-class RandomWalk:
-    """The parts of a PageRank iteration that depend only on the index."""
+class RandomWalk(Walk):
+    """The walk on the index's entities (:class:`~glmrag.graph.pagerank.Walk`) and each entity's specificity."""
 
-    transition_t: sp.csr_matrix
-    """(E, E) transposed transition matrix: ``transition_t[v, u] = A[u, v] / deg(u)``."""
-    dangling: np.ndarray
-    """(E,) bool, entities without edges."""
     specificity: np.ndarray
     """(E,) node specificity ``1 / |passages mentioning e|`` (1 for entities in no passage)."""
 
@@ -60,51 +59,19 @@ def random_walk(index: KGIndex) -> RandomWalk:
     dst = np.concatenate([tails, heads[~loop]])
     n = index.num_entities
     adjacency = sp.csr_matrix((np.ones(src.size), (src, dst)), shape=(n, n))  # duplicates summed
-    degree = np.asarray(adjacency.sum(axis=1)).ravel()
-    inv = np.divide(1.0, degree, out=np.zeros(n), where=degree > 0)
-    transition_t = (sp.diags(inv) @ adjacency).T.tocsr()
+    transition_t, dangling = transition(adjacency)
     count = index.entity_passage_count
-    return RandomWalk(transition_t, degree == 0, 1.0 / np.maximum(count, 1.0))
-
-
-def iterations_for(damping: float, tol: float) -> int:
-    """Power iterations after which every column is within ``tol`` (L1) of its PageRank.
-
-    The iteration map contracts L1 distances on the simplex by ``damping``, and
-    the start (the restart vector) is within 2 of the fixed point, so
-    ``2 * damping ** k < tol`` suffices. A fixed count needs no per-iteration
-    error check (which costs as much as the sparse product).
-    """
-    if damping == 0.0:
-        return 1
-    return max(1, int(np.ceil(np.log(tol / 2.0) / np.log(damping))))
+    return RandomWalk(transition_t, dangling, 1.0 / np.maximum(count, 1.0))
 
 
 def personalized_pagerank(
     walk: RandomWalk, restart: np.ndarray, damping: float = DAMPING, tol: float = 1e-6, dtype=np.float32
 ) -> np.ndarray:
-    """PageRank of every column of ``restart`` by power iteration, within ``tol`` in L1 of the exact one.
-
-    Iterates ``x <- damping * (T^T x + (dangling . x) r) + (1 - damping) r``
-    :func:`iterations_for` times, starting from ``x = r``. Columns of
-    ``restart`` must sum to 1. In float32 rounding (about 1e-7 relative) sits
-    below the default ``tol``; pass float64 for tighter tolerances.
+    """:func:`glmrag.graph.pagerank.personalized_pagerank` with HippoRAG's damping, in float32 by default.
 
     Shapes: ``restart`` (E, B) -> (E, B) ``dtype`` with columns summing to 1.
     """
-    restart = np.asarray(restart)
-    rows, cols = np.nonzero(restart)  # restart is sparse: a few seeds per question (dense only for fallbacks)
-    weights = restart[rows, cols].astype(dtype)
-    transition_t = walk.transition_t.astype(dtype)
-    dangling = walk.dangling.astype(dtype) if walk.dangling.any() else None
-    x = np.ascontiguousarray(restart, dtype=dtype)
-    for _ in range(iterations_for(damping, tol)):
-        # mass on entities without edges goes back to the restart distribution, as in networkx
-        leaked = dangling @ x if dangling is not None else np.zeros(x.shape[1], dtype)  # (B,)
-        x = transition_t @ x  # (E, B)
-        x *= damping
-        x[rows, cols] += weights * ((1.0 - damping) + damping * leaked[cols])
-    return x
+    return pagerank(walk, restart, damping, tol, dtype)
 
 
 class PPRRetriever:

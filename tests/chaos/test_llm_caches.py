@@ -14,7 +14,7 @@ from glmrag.index.extractors.llm_openie import LLMOpenIEExtractor
 from glmrag.io import read_cache_json
 from glmrag.llm.http import HTTPLLM
 from glmrag.llm.serve import LLMServer
-from glmrag.retrievers.llm_descriptions import LLMDescriber
+from glmrag.retrievers.hyperaddress.llm_descriptions import LLMDescriber
 
 pytestmark = pytest.mark.chaos
 

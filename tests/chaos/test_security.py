@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from glmrag.io import CheckpointPathError, load_checkpoint_dict
-from glmrag.retrievers.checkpoint import load_checkpoint_retriever
+from glmrag.retrievers.gnn_checkpoint import load_checkpoint_retriever
 from tests.chaos.conftest import ROOT, file_handler, write_evil_checkpoint
 
 pytestmark = pytest.mark.chaos

@@ -52,7 +52,7 @@ def test_one_system_gets_no_multiple_comparison_note(index, questions):
 
 def test_where_a_run_is_written_or_logged_is_never_a_swept_column():
     from glmrag.eval.store import StoredRun
-    from glmrag.eval.study_report import swept_keys
+    from glmrag.eval.study_tables import swept_keys
 
     def run(i: int, hidden: int) -> StoredRun:
         over = [f"model.hidden_channels={hidden}", f"logger={['csv', 'wandb'][i % 2]}", f"output_dir=out/{i}"]

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from glmrag.data.types import Question
 from glmrag.eval import evaluate
-from glmrag.eval.report import metrics_json
+from glmrag.eval.outputs import metrics_json
 from glmrag.eval.store import read_runs, run_record, write_run
 from glmrag.jobs.evaluate import resolved_config_yaml, run_eval, store_eval_run
 from glmrag.jobs.report import build_report, cli

@@ -18,7 +18,7 @@ from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer, question_
 from glmrag.models.gnn_module import GNNRetrieverModule
 from glmrag.models.losses import gfm_rag_loss
 from glmrag.nn.graph_inputs import graph_inputs, seed_weights
-from glmrag.retrievers.checkpoint import CheckpointRetriever
+from glmrag.retrievers.gnn_checkpoint import CheckpointRetriever
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "offline:all-MiniLM-L6-v2"

@@ -13,7 +13,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from glmrag.models.datamodule import KGQADataModule
+from glmrag.models.gnn_datamodule import KGQADataModule
 from glmrag.models.gnn_module import GNNRetrieverModule
 
 LIMIT = 8  # musique100: 8 training questions (2 global batches of 4), 8 validation questions
@@ -59,7 +59,7 @@ from functools import partial
 import lightning as L
 import torch
 
-from glmrag.models.datamodule import KGQADataModule
+from glmrag.models.gnn_datamodule import KGQADataModule
 from glmrag.models.gnn_module import GNNRetrieverModule
 
 

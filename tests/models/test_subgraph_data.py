@@ -19,8 +19,8 @@ from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import EntityLink
 from glmrag.index.synthetic import random_kg
 from glmrag.models import subgraph_data
-from glmrag.models.datamodule import cached_question_embeddings, default_inputs_cache_dir
 from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer, question_record
+from glmrag.models.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
 from glmrag.models.subgraph_data import (
     META,
     RankStream,

@@ -14,8 +14,9 @@ from omegaconf import OmegaConf
 
 from glmrag.data.registry import load_dataset
 from glmrag.index.embed import DEFAULT_MODEL
-from glmrag.models.datamodule import KGQADataModule, check_train_fraction, fraction_of
+from glmrag.models.gnn_datamodule import KGQADataModule
 from glmrag.models.subgraph_data import SubgraphDataModule
+from glmrag.models.train_fraction import check_train_fraction, fraction_of
 
 ROOT = Path(__file__).resolve().parents[2]
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # configs/experiment/study_data_scaling.yaml

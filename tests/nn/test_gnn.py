@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from glmrag.models.losses import gfm_rag_loss
-from glmrag.nn.gnn import GNNConfig, QueryGNN, QueryRelationalConv
+from glmrag.nn.gnn import GNNConfig, QueryGNN
+from glmrag.nn.gnn_conv import QueryRelationalConv
 from glmrag.nn.graph_inputs import GraphInputs
 
 DIM = 16  # the hashed relation features of conftest.make_graph
@@ -253,7 +254,7 @@ def test_split_readout_equals_the_concatenated_mlp(random_graph, make_graph, nod
     """Logits and every gradient of the split ``W_h h + W_q q`` readout equal those of ``MLP(cat([h, q]))``,
     on the whole KG and on subgraph batches; a checkpoint of the old layout loads into the new model."""
     from glmrag.graph.subgraph import select_subgraph
-    from glmrag.nn.gnn import SubgraphBatch
+    from glmrag.nn.subgraph_batch import SubgraphBatch
 
     torch.manual_seed(3)
     index = random_graph(40, 120)

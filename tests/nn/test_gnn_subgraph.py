@@ -10,8 +10,9 @@ import torch
 
 from glmrag.graph.subgraph import select_subgraph
 from glmrag.models.losses import gfm_rag_loss
-from glmrag.nn.gnn import GNNConfig, QueryGNN, SubgraphBatch
+from glmrag.nn.gnn import GNNConfig, QueryGNN
 from glmrag.nn.graph_inputs import GraphInputs
+from glmrag.nn.subgraph_batch import SubgraphBatch
 
 DIM = 16  # the hashed relation features of conftest.make_graph
 N = 60

@@ -14,10 +14,10 @@ from omegaconf import OmegaConf
 from glmrag.data.registry import load_dataset
 from glmrag.eval.evaluator import evaluate
 from glmrag.index.cache import get_index
-from glmrag.models.datamodule import KGQADataModule
+from glmrag.models.gnn_datamodule import KGQADataModule
 from glmrag.models.gnn_module import GNNRetrieverModule
 from glmrag.retrievers.base import Retriever
-from glmrag.retrievers.checkpoint import CheckpointRetriever
+from glmrag.retrievers.gnn_checkpoint import CheckpointRetriever
 
 VAL_LIMIT = 12
 

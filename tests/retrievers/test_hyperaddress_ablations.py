@@ -12,9 +12,9 @@ from transformers import AutoTokenizer
 from glmrag.data.types import Question
 from glmrag.graph.hypergraph import Hypergraph
 from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
-from glmrag.retrievers import addressing_heads
-from glmrag.retrievers.addressing_heads import random_heads, select_heads
-from glmrag.retrievers.reader_pointers import Reader, entity_pointer
+from glmrag.retrievers.hyperaddress import addressing_heads
+from glmrag.retrievers.hyperaddress.addressing_heads import random_heads, select_heads
+from glmrag.retrievers.hyperaddress.reader_pointers import Reader, entity_pointer
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = Question("q", "Where was the first president of the publisher of Journal X born?", ("Boston",), ())
@@ -55,7 +55,7 @@ def test_random_heads_are_seeded_and_distinct(parts):
 
 
 def test_random_head_set_draws_heads_without_probes(parts, monkeypatch):
-    from glmrag.retrievers.steering import Steering
+    from glmrag.retrievers.hyperaddress.steering import Steering
 
     reader = Reader(*parts, name="tiny")
     graph = Hypergraph.from_index(world_index(), CORPUS)

@@ -7,11 +7,10 @@ from transformers import AutoTokenizer
 from glmrag.data.types import Question
 from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
 from glmrag.llm.base import Usage
-from glmrag.retrievers import addressing_heads, steering
 from glmrag.retrievers.base import LLMCostedRetriever
-from glmrag.retrievers.hyperaddress import HyperAddressRetriever
-from glmrag.retrievers.reader_pointers import Reader
-from glmrag.retrievers.steering import HEADS_TAG, Steering
+from glmrag.retrievers.hyperaddress import HyperAddressRetriever, addressing_heads, steering
+from glmrag.retrievers.hyperaddress.reader_pointers import Reader
+from glmrag.retrievers.hyperaddress.steering import HEADS_TAG, Steering
 
 QUESTIONS = [
     Question("q1", "Where was the first president of the publisher of Journal X born?", ("Boston",), ()),

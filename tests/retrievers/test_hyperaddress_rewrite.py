@@ -10,9 +10,9 @@ from glmrag.data.types import Corpus, Passage, Question
 from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
 from glmrag.index.synthetic import build_kg
 from glmrag.retrievers.hyperaddress import HyperAddressRetriever
-from glmrag.retrievers.reader_pointers import Reader
-from glmrag.retrievers.rewrite import anchor_spans, candidate_spans, without_title
-from glmrag.retrievers.steering import Steering
+from glmrag.retrievers.hyperaddress.reader_pointers import Reader
+from glmrag.retrievers.hyperaddress.rewrite import anchor_spans, candidate_spans, without_title
+from glmrag.retrievers.hyperaddress.steering import Steering
 
 
 def spans_text(question, spans):

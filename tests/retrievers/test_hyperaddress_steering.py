@@ -12,11 +12,10 @@ from transformers import AutoTokenizer
 from glmrag.data.types import Question
 from glmrag.graph.hypergraph import Hypergraph
 from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
-from glmrag.retrievers import addressing_heads
-from glmrag.retrievers.addressing_heads import make_probes, select_heads
-from glmrag.retrievers.hyperaddress import HyperAddressRetriever
-from glmrag.retrievers.reader_pointers import Reader, build_context, entity_pointer, pointer_scores
-from glmrag.retrievers.steering import Steering
+from glmrag.retrievers.hyperaddress import HyperAddressRetriever, addressing_heads
+from glmrag.retrievers.hyperaddress.addressing_heads import make_probes, select_heads
+from glmrag.retrievers.hyperaddress.reader_pointers import Reader, build_context, entity_pointer, pointer_scores
+from glmrag.retrievers.hyperaddress.steering import Steering
 
 QUESTION = Question("q", "Where was the first president of the publisher of Journal X born?", ("Boston",), ())
 

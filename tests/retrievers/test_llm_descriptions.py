@@ -9,7 +9,7 @@ from glmrag.data.types import Corpus, Passage, Question
 from glmrag.graph.hypergraph import Hypergraph, index_mentions, index_passages
 from glmrag.index.synthetic import build_kg
 from glmrag.retrievers.hyperaddress import HyperAddressRetriever
-from glmrag.retrievers.llm_descriptions import USAGE_TAG, LLMDescriber, description_prompt
+from glmrag.retrievers.hyperaddress.llm_descriptions import USAGE_TAG, LLMDescriber, description_prompt
 
 CORPUS = Corpus(
     [

@@ -3,9 +3,10 @@ import numpy as np
 import pytest
 
 from glmrag.data.types import Question
+from glmrag.graph.pagerank import iterations_for
 from glmrag.index.kg import EntityLink
 from glmrag.retrievers.base import Retriever
-from glmrag.retrievers.ppr import PPRRetriever, iterations_for, personalized_pagerank, random_walk
+from glmrag.retrievers.ppr import PPRRetriever, personalized_pagerank, random_walk
 
 
 def _graph(index):

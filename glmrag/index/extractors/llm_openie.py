@@ -57,7 +57,7 @@ EXAMPLE_PASSAGE = Passage.make(
     "Marta Kowalski (born 4 March 1962) is a Polish architect. She designed the Vistula Concert Hall in Krakow, "
     "which opened in 1998. In 2005 she received the Piranesi Prize.",
 )
-"""The one-shot example of the extraction prompts (and of :mod:`glmrag.retrievers.llm_descriptions`)."""
+"""The one-shot example of the extraction prompts (and of :mod:`glmrag.retrievers.hyperaddress.llm_descriptions`)."""
 EXAMPLE_ENTITIES = ["Marta Kowalski", "4 March 1962", "Polish", "Vistula Concert Hall", "Krakow", "1998", "2005"]
 EXAMPLE_ENTITIES += ["Piranesi Prize"]
 EXAMPLE_TRIPLES = [

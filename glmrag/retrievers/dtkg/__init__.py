@@ -1,4 +1,4 @@
-"""DTKG (Dual-Track KG-verified reasoning, paper 000): classifier, two tracks, two-stage scoring, denoising.
+"""DTKG (Dual-Track KG-verified reasoning): classifier, two tracks, two-stage scoring, denoising.
 
 One concept per module: :mod:`.settings` (constants), :mod:`.prompts`,
 :mod:`.classifier` (§3.2), :mod:`.linking` (Eq. 5), :mod:`.rerank` and

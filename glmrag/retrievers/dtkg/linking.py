@@ -33,7 +33,7 @@ MIN_SIMILARITY = 0.5
 """Least ``sim`` of a link; the paper has no threshold (Eq. 5 is a bare argmax), so this is a stated choice:
 at 0.5 the mention and the name share as many characters (in order) as they do not, the point below which a
 match is more different than alike. "barak obama" -> "barack obama" scores 0.96, "zzzz qqq" -> its best
-match about 0.13 (issue 12)."""
+match about 0.13."""
 
 
 _LEAD_IN = re.compile(

@@ -1,4 +1,4 @@
-"""DTKG (Dual-Track KG-verified reasoning, paper 000) as a retriever of the shared evaluator.
+"""DTKG (Dual-Track KG-verified reasoning) as a retriever of the shared evaluator.
 
 Per question: the router (§3.2, or a fixed mode of Table 2) picks the
 parallel fact-checking track (§3.3.1,

@@ -1,7 +1,6 @@
 """The constants of DTKG (Dual-Track KG-verified reasoning), each with the place in the paper it comes from.
 
-The text copy of the paper (``/work/shared/papers/000_*``) gives ``N`` = 50
-(App. A.4), ``alpha`` = 0.75 (Eq. 7, App. A.6), ``D_max`` = 3 (§3.3.2 (i))
+The DTKG paper gives ``N`` = 50 (App. A.4), ``alpha`` = 0.75 (Eq. 7, App. A.6), ``D_max`` = 3 (§3.3.2 (i))
 and ``W_max`` = 3 (§3.3.2 (ii), App. A.5), the keyword library of Eq. 15 and
 "at most three" relations chosen by the LLM (§3.3.2 (iv)). It names the
 thresholds θ of §3.3.2 (iii) and Eq. 16, the top-k triples of the verification
@@ -40,7 +39,7 @@ the value at which θ bites under every scoring mode: with alpha 0.75 (Eq. 7) a 
 score of at least (0.5 - 0.25 cos) / 0.75, i.e. the top two or three of the five listed (rank scores
 1, .8, .6, .4, .2), and no unlisted one passes; cosine-only scoring keeps cosines of at least 0.5; random
 scoring keeps half. The earlier 0.2 never removed any of the top three reranked candidates, so Table 4's
-generic and none modes gave the same triples (issue 12)."""
+generic and none modes gave the same triples (an audit of this code on the MuSiQue KG)."""
 SELECT_TRIGGER = 6
 """The pool is "excessive" (§3.3.2 (iv)) when an expansion step has more than this many candidate relations
 *before scoring* (so the LLM selection runs or not independently of the scoring mode, Table 3); a stated
@@ -59,7 +58,7 @@ more than the W_max = 3 relations and k = 3 triples the tracks keep, few enough 
 INVALID_KEYWORDS = ("id", "source", "version", "metadata")
 """K_invalid of Eq. 15 (§3.4), matched as whole words of a relation label, case-insensitively. The paper's
 relations are Wikidata properties, where "wikidata: id" is real; an OpenIE KG built from passages has almost no
-such relations (issue 12 counted 7 of 17,234 MuSiQue triples, all false positives), so on these benchmarks the
+such relations (an audit counted 7 of the MuSiQue KG's 17,234 triples, all false positives), so here the
 generic and task-aware modes differ from none mainly through θ and Eq. 16."""
 LINK_THRESHOLD = 0.5
 """Least string similarity of an Eq. 5 link (:data:`glmrag.retrievers.dtkg.linking.MIN_SIMILARITY`, with the

@@ -11,9 +11,10 @@ read incidences, §4.2):
 
 Personalized PageRank with damping ``alpha`` (the probability of following an
 edge) iterates ``x <- alpha (M^T x + (d . x) r) + (1 - alpha) r`` on the stacked
-vector ``x = [x_P; x_E]``; mass on a node without incidences (``d``) goes back
-to the restart distribution ``r``, as in ``networkx.pagerank``, which the tests
-compare against. Passages are ranked by their PageRank mass.
+vector ``x = [x_P; x_E]`` (the power iteration of :mod:`glmrag.graph.pagerank`,
+shared with the PPR baseline); mass on a node without incidences (``d``) goes
+back to the restart distribution ``r``, as in ``networkx.pagerank``, which the
+tests compare against. Passages are ranked by their PageRank mass.
 
 **Restart from the question** (§4.1: "incidence labels let the initial restart
 match a question's description"). Each incidence scores the best cosine
@@ -25,7 +26,7 @@ both from the passage that states the description and from the hyperedge it
 describes.
 
 **Steering** by a reader's addressing heads (§4.2) is
-:class:`~glmrag.retrievers.steering.Steering`, given as ``steering``; without
+:class:`~glmrag.retrievers.hyperaddress.steering.Steering`, given as ``steering``; without
 it the retriever is the walk-only variant.
 
 **Cost** (Fig. 5, Table 8): :meth:`HyperAddressRetriever.llm_cost` gives the
@@ -34,11 +35,11 @@ steering reader's forward passes per question of the last ``retrieve``;
 descriptions, addressing-head selection).
 
 **Constants.** App. A selects the constants on MuSiQue development questions
-(Table 6), but the text copy of the paper (``/work/shared/papers/002_*``) does
-not list Table 6's values. Defaults here are therefore stated choices, not the
-paper's: ``damping`` 0.5 (HippoRAG's, as the PPR baseline), ``restart_top`` 20,
-``temperature`` 0.1, ``passage_share`` 0.5. Every one is a constructor
-argument and a key of ``configs/retriever/hyperaddress.yaml``.
+(Table 6), but the paper's text does not list Table 6's values. Defaults here
+are therefore stated choices, not the paper's: ``damping`` 0.5 (HippoRAG's, as
+the PPR baseline), ``restart_top`` 20, ``temperature`` 0.1, ``passage_share``
+0.5. Every one is a constructor argument and a key of
+``configs/retriever/hyperaddress.yaml``.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ import scipy.sparse as sp
 
 from glmrag.data.types import Corpus, Question
 from glmrag.graph.hypergraph import Describer, Hypergraph, SentenceDescriber, index_mentions, index_passages
+from glmrag.graph.pagerank import Walk, personalized_pagerank, transition
 from glmrag.index.embed import DEFAULT_MODEL, Embedder
 from glmrag.index.kg import KGIndex
 from glmrag.index.ranking import make_rankings, top_k_stable
@@ -61,9 +63,8 @@ from glmrag.io import load_cached_array, write_cache_array
 from glmrag.llm.base import Usage
 from glmrag.progress import progress
 from glmrag.retrievers.base import Ranking
-from glmrag.retrievers.llm_descriptions import USAGE_TAG as DESCRIPTIONS_TAG
-from glmrag.retrievers.ppr import iterations_for
-from glmrag.retrievers.steering import HEADS_TAG, Steering
+from glmrag.retrievers.hyperaddress.llm_descriptions import USAGE_TAG as DESCRIPTIONS_TAG
+from glmrag.retrievers.hyperaddress.steering import HEADS_TAG, Steering
 
 log = logging.getLogger(__name__)
 
@@ -80,29 +81,42 @@ TRACE_RESTARTS = 3
 
 
 @dataclass(frozen=True)
-class HyperWalk:
-    """The transition of one walk on the hypergraph: both directions, transposed for ``M^T x`` products."""
+class HyperWalk(Walk):
+    """The walk on the stacked nodes ``[passages; entities]`` (:class:`~glmrag.graph.pagerank.Walk`).
 
-    to_entities: sp.csr_matrix
-    """(E, P) ``Pr(e | p)`` transposed: column ``p`` sums to 1 unless ``p`` is dangling."""
-    to_passages: sp.csr_matrix
-    """(P, E) ``Pr(p | e)`` transposed: column ``e`` sums to 1 unless ``e`` is dangling."""
-    dangling_passages: np.ndarray
-    """(P,) bool, passages without an incidence of positive weight."""
-    dangling_entities: np.ndarray
-    """(E,) bool, entities without an incidence of positive weight."""
+    Its transition is bipartite: ``transition_t = [[0, to_passages], [to_entities, 0]]``.
+    """
+
+    num_passages: int
+    """P: nodes ``0..P-1`` are passages, the rest entities."""
+
+    @property
+    def to_entities(self) -> sp.csr_matrix:
+        """(E, P) ``Pr(e | p)`` transposed: column ``p`` sums to 1 unless ``p`` is dangling."""
+        return self.transition_t[self.num_passages :, : self.num_passages]
+
+    @property
+    def to_passages(self) -> sp.csr_matrix:
+        """(P, E) ``Pr(p | e)`` transposed: column ``e`` sums to 1 unless ``e`` is dangling."""
+        return self.transition_t[: self.num_passages, self.num_passages :]
+
+    @property
+    def dangling_passages(self) -> np.ndarray:
+        """(P,) bool, passages without an incidence of positive weight."""
+        return self.dangling[: self.num_passages]
+
+    @property
+    def dangling_entities(self) -> np.ndarray:
+        """(E,) bool, entities without an incidence of positive weight."""
+        return self.dangling[self.num_passages :]
 
 
 def hyper_walk(graph: Hypergraph, weights: np.ndarray | None = None) -> HyperWalk:
     """The walk with incidence weights ``weights`` (I,) (default ``|e|^-1/2``); zero weights remove an incidence."""
     h = graph.incidence_matrix(weights)  # (P, E)
-    out_p = np.asarray(h.sum(axis=1)).ravel()  # (P,)
-    out_e = np.asarray(h.sum(axis=0)).ravel()  # (E,)
-    inv_p = np.divide(1.0, out_p, out=np.zeros_like(out_p), where=out_p > 0)
-    inv_e = np.divide(1.0, out_e, out=np.zeros_like(out_e), where=out_e > 0)
-    to_entities = (sp.diags(inv_p) @ h).T.tocsr()  # (E, P)
-    to_passages = (h @ sp.diags(inv_e)).tocsr()  # (P, E)
-    return HyperWalk(to_entities, to_passages, out_p <= 0, out_e <= 0)
+    both_ways = sp.bmat([[None, h], [h.T, None]], format="csr")  # (P + E, P + E): p -> e and e -> p, weight W[p, e]
+    transition_t, dangling = transition(both_ways)
+    return HyperWalk(transition_t, dangling, graph.num_passages)
 
 
 def hypergraph_pagerank(
@@ -115,22 +129,13 @@ def hypergraph_pagerank(
 ) -> tuple[np.ndarray, np.ndarray]:
     """PageRank of the alternating walk for every restart column, within ``tol`` (L1) of the fixed point.
 
-    Each column of ``[restart_passages; restart_entities]`` must sum to 1. The
-    iteration is a contraction of rate ``damping`` in L1, so
-    :func:`~glmrag.retrievers.ppr.iterations_for` iterations suffice.
+    Each column of ``[restart_passages; restart_entities]`` must sum to 1; the power iteration is
+    :func:`glmrag.graph.pagerank.personalized_pagerank` on the stacked vector.
 
     Shapes: ``restart_passages`` (P, B), ``restart_entities`` (E, B) -> (P, B), (E, B), columns summing to 1 together.
     """
-    r_p = np.ascontiguousarray(restart_passages, dtype=dtype)
-    r_e = np.ascontiguousarray(restart_entities, dtype=dtype)
-    to_e, to_p = walk.to_entities.astype(dtype), walk.to_passages.astype(dtype)
-    d_p, d_e = walk.dangling_passages.astype(dtype), walk.dangling_entities.astype(dtype)
-    x_p, x_e = r_p.copy(), r_e.copy()
-    for _ in range(iterations_for(damping, tol)):
-        leaked = d_p @ x_p + d_e @ x_e  # (B,) mass on dangling nodes, sent back to the restart
-        back = (1.0 - damping) + damping * leaked  # (B,)
-        x_p, x_e = damping * (to_p @ x_e) + back * r_p, damping * (to_e @ x_p) + back * r_e
-    return x_p, x_e
+    x = personalized_pagerank(walk, np.concatenate([restart_passages, restart_entities]), damping, tol, dtype)
+    return x[: walk.num_passages], x[walk.num_passages :]  # (P, B), (E, B)
 
 
 class LabelEmbeddings:
@@ -188,7 +193,7 @@ class HyperAddressRetriever:
     The hypergraph is built from the index's passage<->entity map and the
     corpus texts on first use (kept for the last index seen). Without
     ``steering`` this is "the walk without reading" (§5.3); with a
-    :class:`~glmrag.retrievers.steering.Steering` its rounds follow (§4.2).
+    :class:`~glmrag.retrievers.hyperaddress.steering.Steering` its rounds follow (§4.2).
     """
 
     name = "hyperaddress"
@@ -402,7 +407,7 @@ class HyperAddressRetriever:
     def index_llm_cost(self) -> dict[str, Usage]:
         """LLM usage of the index side (Table 8's index cost), summed over this process so far.
 
-        ``hyperaddress_descriptions``: the LLM descriptions (:mod:`glmrag.retrievers.llm_descriptions`;
+        ``hyperaddress_descriptions``: the LLM descriptions (:mod:`glmrag.retrievers.hyperaddress.llm_descriptions`;
         zero for sentence descriptions or when every passage came from the description cache);
         ``hyperaddress_heads``: the addressing-head selection passes (zero when heads are fixed or cached).
         """

@@ -25,7 +25,7 @@ from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
 from glmrag.index.ranking import DOC_RANKER_ENTITIES, make_rankings, rank_passages, top_k_stable
 from glmrag.io import load_checkpoint_dict, local_checkpoint
-from glmrag.models.datamodule import cached_graph_inputs, default_inputs_cache_dir
+from glmrag.models.gnn_input_cache import cached_graph_inputs, default_inputs_cache_dir
 from glmrag.models.gnn_module import GNNRetrieverModule, question_subgraphs, subgraph_batch
 from glmrag.nn.graph_inputs import GraphInputs, seed_weights
 from glmrag.retrievers.base import Ranking

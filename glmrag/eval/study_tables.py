@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from glmrag.eval.report import _cell, _label
+from glmrag.eval.outputs import _cell, _label
 from glmrag.eval.significance import Interval
 from glmrag.eval.store import StoredRun
 

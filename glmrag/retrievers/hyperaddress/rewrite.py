@@ -7,7 +7,7 @@ cosine similarity is at least 0.7". What gets replaced is a description ("the
 first president of ..."), never what the question names: the named anchors
 are where the walk starts, and replacing "Journal of Psychotherapy
 Integration" by the name of its publisher throws the question's only anchor
-away (issue 12 found exactly this on MuSiQue).
+away (an audit of an earlier version found exactly this on MuSiQue).
 
 So a span may be rewritten only if it overlaps no **anchor**:
 

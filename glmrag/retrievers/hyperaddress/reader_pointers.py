@@ -3,7 +3,7 @@
 The reader reads the top-ranked passages followed by the question "in one
 prompt without generating tokens" (§3). For a head, the *pointer score* of an
 entity is the attention from the question tokens to that entity's mention
-tokens (issue 5's reading of §3's "contribution from an entity's mentions to
+tokens (this project's reading of §3's "contribution from an entity's mentions to
 the head's output at question tokens"; the value-vector norm is left out).
 Scores are read at every question token ("word-level addressing", §3 Obs. 2,
 §5.3: "scoring every question word ... matters"); an entity's score is the mean

@@ -2,7 +2,7 @@
 
 Per round, "the reader processes top-ranked passages and the question in one
 forward pass ... without generating tokens" (§4, §4.2), and the addressing
-heads' pointer scores (:mod:`glmrag.retrievers.reader_pointers`)
+heads' pointer scores (:mod:`glmrag.retrievers.hyperaddress.reader_pointers`)
 
 - **set the restart**: the read entities' pointer scores, normalised, form a
   restart term of weight ``pointer_weight``, added to the question's
@@ -25,7 +25,7 @@ round reads the rewritten question.
 
 **Cost** (Fig. 5, Table 8): every reader forward pass is counted in the usage of
 the reader's LLM as one call reading ``S`` tokens and generating none
-(:func:`~glmrag.retrievers.reader_pointers.pointer_scores`), under the tag the
+(:func:`~glmrag.retrievers.hyperaddress.reader_pointers.pointer_scores`), under the tag the
 retriever sets per question; head selection under :data:`HEADS_TAG`.
 
 Variants (§5.3, Fig. 4, App. A): ``rounds`` 0 is the walk only, 1 one reader pass
@@ -58,8 +58,8 @@ import numpy as np
 from glmrag.data.types import Passage
 from glmrag.graph.hypergraph import mention_spans
 from glmrag.index.ranking import top_k_stable
-from glmrag.retrievers.addressing_heads import NUM_HEADS, NUM_PROBES, random_heads, select_heads
-from glmrag.retrievers.reader_pointers import (
+from glmrag.retrievers.hyperaddress.addressing_heads import NUM_HEADS, NUM_PROBES, random_heads, select_heads
+from glmrag.retrievers.hyperaddress.reader_pointers import (
     POINTERS,
     ReadContext,
     Reader,
@@ -67,7 +67,7 @@ from glmrag.retrievers.reader_pointers import (
     entity_pointer,
     pointer_scores,
 )
-from glmrag.retrievers.rewrite import anchor_spans, best_rewrite, candidate_spans, without_title
+from glmrag.retrievers.hyperaddress.rewrite import anchor_spans, best_rewrite, candidate_spans, without_title
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class Steering:
     ``reader`` is passed in (e.g. ``Reader.from_llm`` of the local LLM backend).
     ``heads`` fixes the addressing heads; otherwise they are selected on
     ``probes`` unlabeled probes from the corpus on first use and cached in
-    ``cache_dir`` per reader model (:mod:`glmrag.retrievers.addressing_heads`),
+    ``cache_dir`` per reader model (:mod:`glmrag.retrievers.hyperaddress.addressing_heads`),
     or drawn at random (``head_set="random"``, seeded by ``seed``).
     ``rewrite`` defaults to ``rounds >= 2`` (rewrites happen between rounds).
     """
@@ -146,7 +146,7 @@ class Steering:
         self.max_span, self.rewrite_candidates = max_span, rewrite_candidates
         self.cache_dir = cache_dir
         self.selection = None
-        """The :class:`~glmrag.retrievers.addressing_heads.HeadSelection` when heads were selected here."""
+        """The :class:`~glmrag.retrievers.hyperaddress.addressing_heads.HeadSelection` when heads were selected here."""
         self.rewrites: dict[str, list[str]] = {}
         """Question id -> the question versions read, for inspection."""
         self.traces: dict[str, dict] = {}
@@ -186,8 +186,9 @@ class Steering:
     def rewritten(self, retriever, graph, passage, context: ReadContext, scores: np.ndarray, question: str):
         """The question with one description span replaced by the entity it most likely describes, or None.
 
-        Never a span over a named anchor (:func:`~glmrag.retrievers.rewrite.anchor_spans`); see App. A and
-        :mod:`~glmrag.retrievers.rewrite`. Returns a :class:`~glmrag.retrievers.rewrite.Rewrite`.
+        Never a span over a named anchor (:func:`~glmrag.retrievers.hyperaddress.rewrite.anchor_spans`); see
+        App. A and :mod:`~glmrag.retrievers.hyperaddress.rewrite`. Returns a
+        :class:`~glmrag.retrievers.hyperaddress.rewrite.Rewrite`.
         """
         order = np.argsort(-scores, kind="stable")
         unnamed = [c for c in order if not mention_spans(question, graph.entities[context.candidates[c]])]
@@ -239,7 +240,7 @@ class Steering:
         """Run the rounds for one question from its walk-only ranking; returns the steered (P,), (E,) PageRank.
 
         ``retriever`` provides ``restart_for``, ``pagerank``, ``labels`` and ``embedder``
-        (:class:`~glmrag.retrievers.hyperaddress.HyperAddressRetriever`); ``restart`` is the
+        (:class:`~glmrag.retrievers.hyperaddress.retriever.HyperAddressRetriever`); ``restart`` is the
         question's description restart and ``walk`` its walk-only PageRank, each as passages (P,) and entities (E,).
         """
         graph = hyper.graph

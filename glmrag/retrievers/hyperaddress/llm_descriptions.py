@@ -18,7 +18,7 @@ sentence instead, counted as a ``description_fallback`` event.
 
 Passages are described ``batch_size`` per ``generate`` call when the hypergraph
 is built (:meth:`LLMDescriber.prefetch`, called by
-:meth:`~glmrag.retrievers.hyperaddress.HyperAddressRetriever.prepare`), and
+:meth:`~glmrag.retrievers.hyperaddress.retriever.HyperAddressRetriever.prepare`), and
 each answer is cached per passage (:class:`~glmrag.index.extractors.llm_openie.PassageCache`,
 keyed by the model, :data:`PROMPT_VERSION`, the entities and the settings), so
 a rebuilt hypergraph or an added passage costs only the passages not yet described.

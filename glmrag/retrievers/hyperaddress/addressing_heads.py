@@ -1,7 +1,7 @@
 """Addressing-head selection on unlabeled probes (Read the Route §3, App. A.2), cached per reader model.
 
 §3 "selects eight heads from 1,152 using 600 unlabeled probes": the heads
-whose pointer score ranks the target entity first most often (issue 5). A
+whose pointer score ranks the target entity first most often (this project's reading of §3). A
 probe is made from the hypergraph itself, so it needs no labels:
 
 - a target entity ``e`` in at least two passages, and two of its incidences
@@ -45,7 +45,7 @@ import numpy as np
 from glmrag.data.types import Passage
 from glmrag.graph.hypergraph import Hypergraph, mention_spans
 from glmrag.io import atomic_write_text
-from glmrag.retrievers.reader_pointers import Reader, build_context, pointer_scores
+from glmrag.retrievers.hyperaddress.reader_pointers import Reader, build_context, pointer_scores
 
 log = logging.getLogger(__name__)
 

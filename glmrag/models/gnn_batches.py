@@ -1,0 +1,88 @@
+"""Records of the GNN DataModule and the collates that turn a local batch of them into a batch dict.
+
+:class:`QACollate` makes the question batches of
+:class:`~glmrag.models.gnn_datamodule.KGQADataModule` (its module docstring is the batch contract),
+:class:`KGCCollate` the triple batches of KG-completion pretraining.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from glmrag.index.kg import KGIndex
+from glmrag.nn.graph_inputs import seed_weights
+
+
+@dataclass(frozen=True)
+class QARecord:
+    kg: str
+    question_id: str
+    target: tuple[int, ...]
+    """Entities of the gold supporting passages."""
+    gold: tuple[str, ...]
+
+
+class LocalBatches(torch.utils.data.Dataset):
+    """Records fetched a local batch at a time: ``dataset[[(i, is_padding), ...]]`` -> list of pairs."""
+
+    def __init__(self, records: Sequence[Any]) -> None:
+        self.records = list(records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, batch: list[tuple[int, bool]]) -> list[tuple[Any, bool]]:
+        return [(self.records[i], pad) for i, pad in batch]
+
+
+class QACollate:
+    """Turns a local batch of :class:`QARecord` into the batch dict of the module docstring."""
+
+    def __init__(self, indexes: Mapping[str, KGIndex], question_emb: Mapping[str, torch.Tensor], train: bool) -> None:
+        self.indexes, self.question_emb, self.train = indexes, question_emb, train
+
+    def __call__(self, items: list[tuple[QARecord, bool]]) -> dict[str, Any]:
+        records = [r for r, _ in items]
+        kg = records[0].kg
+        index = self.indexes[kg]
+        qids = [r.question_id for r in records]
+        target = torch.zeros(len(records), index.num_entities)  # (B, E)
+        for row, r in enumerate(records):
+            target[row, list(r.target)] = 1.0
+        return {
+            "kg": kg,
+            "question_ids": qids,
+            "question_emb": torch.stack([self.question_emb[q] for q in qids]),  # (B, d)
+            "seed_weight": seed_weights(index, qids),  # (B, E)
+            "target": target,
+            "gold": [list(r.gold) for r in records],
+            # In training a repeat is one more sample (as DistributedSampler pads); in evaluation it is ignored.
+            "real": torch.tensor([self.train or not pad for _, pad in items]),
+        }
+
+
+@dataclass(frozen=True)
+class TripleRecord:
+    kg: str
+    row: int
+    """Row of the triple in ``KGIndex.triples``."""
+
+
+class KGCCollate:
+    """Turns a local batch of :class:`TripleRecord` into ``{"kg", "triples": (B, 3) long, "real": (B,) bool}``."""
+
+    def __init__(self, indexes: Mapping[str, KGIndex]) -> None:
+        self.indexes = indexes
+
+    def __call__(self, items: list[tuple[TripleRecord, bool]]) -> dict[str, Any]:
+        kg = items[0][0].kg
+        rows = [r.row for r, _ in items]
+        return {
+            "kg": kg,
+            "triples": torch.as_tensor(self.indexes[kg].triples[rows]),  # (B, 3) head, relation, tail
+            "real": torch.ones(len(rows), dtype=torch.bool),
+        }

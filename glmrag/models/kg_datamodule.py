@@ -1,0 +1,135 @@
+"""What the DataModules over KG-indexed datasets share: the arguments, the indexes, the split questions.
+
+:class:`~glmrag.models.gnn_datamodule.KGQADataModule` (the GNN's whole-KG batches) and
+:class:`~glmrag.models.subgraph_data.SubgraphDataModule` (the GLM's subgraph records) both extend
+:class:`KGDataModule`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from lightning import LightningDataModule
+from torch.utils.data import DataLoader
+
+from glmrag.data.registry import load_dataset
+from glmrag.data.types import Question
+from glmrag.index.embed import DEFAULT_MODEL
+from glmrag.index.kg import KGIndex
+from glmrag.io import plain_container
+from glmrag.models.train_fraction import check_train_fraction, fraction_of
+
+
+def dataset_index_config(index_cfg: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The index config of dataset ``name``: ``extractor`` may map each training dataset to its extractor."""
+    cfg = dict(index_cfg)
+    if isinstance(cfg.get("extractor"), Mapping):
+        if name not in cfg["extractor"]:
+            raise ValueError(f"index.extractor maps {sorted(cfg['extractor'])} but not dataset {name!r}; add it")
+        cfg["extractor"] = cfg["extractor"][name]
+    return cfg
+
+
+@dataclass(frozen=True)
+class QuestionSettings:
+    """Which questions of the datasets a DataModule reads: the keyword arguments both DataModules share.
+
+    :class:`~glmrag.models.gnn_datamodule.KGQADataModule` and
+    :class:`~glmrag.models.subgraph_data.SubgraphDataModule` take these as keyword arguments (flat, as the
+    ``configs/datamodule/*.yaml`` keys), next to their own ``datasets`` and ``index``.
+    """
+
+    root: str | None = None
+    """Data folder of external datasets (None: ``$GLMRAG_DATA_DIR`` or ``../shared/data``)."""
+    train_split: str | None = "train"
+    """Registry split of the training questions; None skips training data."""
+    val_split: str | None = "validation"
+    """Registry split of the validation questions; None skips validation data."""
+    test_split: str | None = "test"
+    """Registry split of the test questions; None skips test data."""
+    limit: int | None = None
+    """Keep the first ``limit`` questions of each split of each dataset (None: all)."""
+    train_fraction: float = 1.0
+    """Train on this share in (0, 1] of the training questions of each dataset, drawn with ``seed`` and nested
+    across fractions (GLM-RAG App. C, Fig. 7 data scaling; :func:`~glmrag.models.train_fraction.fraction_of`)."""
+    seed: int = 0
+    """Seed of the training-question draw and of the shuffling (the order also depends on the epoch)."""
+    embed_model: str = DEFAULT_MODEL
+    """Sentence encoder of the question embeddings; must match the module's ``embed_model``."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "train_fraction", check_train_fraction(self.train_fraction))
+
+
+class KGDataModule(LightningDataModule):
+    """What the DataModules over KG-indexed datasets share: argument checks, the indexes, the device batch.
+
+    A subclass takes ``datasets``, ``index`` and the :class:`QuestionSettings` as keyword arguments, calls
+    :meth:`plain_arguments` on them before ``save_hyperparameters`` (so its hyper-parameters hold every
+    setting flat, as the config does) and
+    :meth:`set_device_batch_size` in ``setup``; the module reads ``index(kg)``.
+    """
+
+    indexes: dict[str, KGIndex]
+
+    @staticmethod
+    def plain_arguments(
+        datasets: Sequence[str] | str, index: Mapping[str, Any], questions: Mapping[str, Any]
+    ) -> tuple[list[str], dict, dict[str, Any]]:
+        """Distinct dataset names, the index config and the :class:`QuestionSettings` as plain containers.
+
+        ``questions`` are the keyword arguments a subclass passed on (checked against
+        :class:`QuestionSettings`, defaults filled in). Plain containers, so checkpoints holding these
+        hyper-parameters load with ``weights_only=True``.
+        """
+        datasets = [datasets] if isinstance(datasets, str) else [str(d) for d in datasets]
+        if len(set(datasets)) != len(datasets) or not datasets:
+            raise ValueError(f"datasets must be distinct registry names, got {datasets}")
+        unknown = sorted(set(questions) - {f.name for f in fields(QuestionSettings)})
+        if unknown:
+            raise TypeError(
+                f"unexpected DataModule argument(s) {unknown}: the shared ones are the fields of "
+                f"QuestionSettings ({', '.join(f.name for f in fields(QuestionSettings))})"
+            )
+        return datasets, plain_container(index), plain_container(asdict(QuestionSettings(**questions)))
+
+    def index(self, kg: str) -> KGIndex:
+        """The KG index of dataset ``kg``, available after :meth:`setup`."""
+        return self.indexes[kg]
+
+    def split_questions(self, name: str, split_name: str) -> list[Question]:
+        """The questions of ``split_name`` (``train_split``, ...) of dataset ``name`` that this run reads.
+
+        The first ``limit`` questions of the split; for training, then the ``train_fraction`` of them drawn
+        by :func:`fraction_of` with the run's ``seed`` (validation and test are never subsampled).
+        """
+        hp = self.hparams
+        questions = list(load_dataset(name, split=hp[split_name], limit=hp.limit, root=hp.root).qa)
+        if split_name == "train_split":
+            questions = fraction_of(questions, hp.train_fraction, hp.seed)
+        return questions
+
+    def _index_cfg(self, name: str) -> dict[str, Any]:
+        return dataset_index_config(self.hparams.index, name)
+
+    def set_device_batch_size(self) -> None:
+        """Split the GLOBAL ``batch_size`` evenly over the trainer's devices (one process without one)."""
+        world = self.trainer.world_size if self.trainer is not None else 1
+        if self.hparams.batch_size % world:
+            raise ValueError(f"batch_size {self.hparams.batch_size} is not divisible by the {world} devices")
+        self.batch_size_per_device = self.hparams.batch_size // world
+
+    def _loader(self, split_name: str, train: bool) -> DataLoader:
+        """The DataLoader of one split; each DataModule builds its own."""
+        raise NotImplementedError(f"{type(self).__name__} must define _loader(split_name, train)")
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train_split", train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val_split", train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test_split", train=False)
