@@ -252,7 +252,7 @@ class GLMCollate:
         token_mask = torch.zeros(batch, length, dtype=torch.bool)
         question_mask = torch.zeros(batch, length, dtype=torch.bool)
         # np.zeros takes fresh zeroed pages from the OS (calloc) where torch.zeros writes every byte once more:
-        # 34 vs 3 ms for a (2, 2400, 2400) int32 batch of which positions touch a small part (benchmarks/RESULTS.md).
+        # 12x slower for a (2, 2400, 2400) int32 batch, of which positions touch a small part (benchmarks/RESULTS.md).
         relative_position = torch.from_numpy(np.zeros((batch, length, length), dtype=np.int32))
         kind = torch.from_numpy(np.zeros((batch, length, length), dtype=np.int8))
         node_of_token = torch.full((batch, length), -1, dtype=torch.long)
