@@ -11,6 +11,10 @@ Two paths, per dataset and triplet budget (GLM-RAG App. C: 2 hops; 600 triplets 
   (the default) and positions stored in the shards (``precompute_positions``), whose shard bytes are
   reported too. Per core = questions/s divided by the worker count (the main process then mostly waits).
 
+Rates are per CPU second of this process (``time.process_time``: the machine is shared, so wall time
+would count other jobs) for **full** and for **stream** with 0 workers; with 1 or 2 workers they are
+wall-clock rates (the workers' CPU time is not this process's), divided by the worker count.
+
 Positions use the defaults (``triple`` mode, ``last`` rule); the tokenizer is the offline MiniLM one
 (T5's SentencePiece gives similar token counts). Indexes come from ``--index-cache`` (built there on the
 first run: minutes, a 2Wiki spaCy build much longer). Timings are the median of ``--repeats`` passes.
@@ -67,18 +71,22 @@ def index_of(name: str, cache: str):
 
 
 def full_path(index, questions, tokenizer, settings, name: str) -> tuple[float, list[dict]]:
-    """Seconds for select + tokenise + positions + collate of every question (pairs), and the records."""
+    """CPU seconds of this process (``time.process_time``) for select + tokenise + positions + collate of every
+    question (pairs), and the records."""
     emb = np.zeros(384, dtype=np.float32)  # the sentence encoder is not part of this pipeline
     collate = GLMCollate()
-    start = time.perf_counter()
+    start = time.process_time()
     records = [question_record(index, q, name, tokenizer, settings, emb) for q in questions]
     for i in range(0, len(records), BATCH):
         collate(records[i : i + BATCH])
-    return time.perf_counter() - start, records
+    return time.process_time() - start, records
 
 
 def stream_path(files: list[str], counts: list[int], workers: int) -> float:
-    """Seconds to read and collate one epoch of the shards with ``workers`` DataLoader workers (warm)."""
+    """Seconds to read and collate one epoch of the shards with ``workers`` DataLoader workers (warm): CPU
+    seconds of this process (``time.process_time``) with no worker, wall seconds with workers (their CPU time
+    is not this process's)."""
+    clock = time.perf_counter if workers else time.process_time
     stream = RankStream(files, counts, BATCH, readers=max(1, workers))
     loader = DataLoader(
         stream,
@@ -91,10 +99,10 @@ def stream_path(files: list[str], counts: list[int], workers: int) -> float:
     for _ in loader:  # warm-up epoch: worker start, page cache
         pass
     loader.sampler.set_epoch(1)
-    start = time.perf_counter()
+    start = clock()
     for _ in loader:
         pass
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def breakdown(index, questions, tokenizer, budget: int) -> dict[str, float]:
@@ -103,21 +111,21 @@ def breakdown(index, questions, tokenizer, budget: int) -> dict[str, float]:
     spent = dict.fromkeys(("select", "tokenise", "positions_triple", "positions_path", "collate_per_question"), 0.0)
     records = []
     for q in questions:
-        start = time.perf_counter()
+        start = time.process_time()
         sub = select_subgraph(index, index.seeds(q.id), settings.max_hops, budget, seed=settings.bfs_seed(q.id))
-        spent["select"] += time.perf_counter() - start
-        start = time.perf_counter()
+        spent["select"] += time.process_time() - start
+        start = time.process_time()
         layout = layout_subgraph(index, sub, tokenizer, q.question, settings.question_eos)
-        spent["tokenise"] += time.perf_counter() - start
+        spent["tokenise"] += time.process_time() - start
         for mode in ("triple", "path"):
-            start = time.perf_counter()
+            start = time.process_time()
             graph_positions(layout, mode)
-            spent[f"positions_{mode}"] += time.perf_counter() - start
+            spent[f"positions_{mode}"] += time.process_time() - start
         records.append(question_record(index, q, "bench", tokenizer, settings, np.zeros(384, np.float32)))
-    start = time.perf_counter()
+    start = time.process_time()
     for i in range(0, len(records), BATCH):
         collate(records[i : i + BATCH])
-    spent["collate_per_question"] = time.perf_counter() - start
+    spent["collate_per_question"] = time.process_time() - start
     return {name: round(seconds / len(questions) * 1e3, 1) for name, seconds in spent.items()}
 
 
@@ -188,6 +196,8 @@ def main() -> None:
             rows.append(row)
     result = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared with other jobs)",
+        "load_average": os.getloadavg(),
+        "clock": "process_time for full and stream w0, wall for stream w1/w2",
         "omp_threads": os.environ.get("OMP_NUM_THREADS"),
         "rows": rows,
     }

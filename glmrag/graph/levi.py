@@ -70,12 +70,12 @@ ordinary positions; each entity node then owns every copy of its tokens.
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from glmrag.graph.label_tokens import LabelTokens, label_tokens
 from glmrag.graph.positions import (  # noqa: F401 (the kinds and rules are read from here too)
     GRAPH_GLOBAL,
     GRAPH_TO_TEXT,
@@ -166,10 +166,10 @@ def layout_subgraph(
     selected triple touches (an isolated seed) become entity nodes after the others, so every entity
     the retriever may score has tokens.
     """
-    rows = index.triples[subgraph.triples]  # (S, 3)
-    triples = [(int(h), index.relations[int(r)], int(t)) for h, r, t in rows]
-    extra = [int(e) for e in subgraph.entities]
-    return _layout(triples, lambda e: index.entities[e], lambda e: e, extra, tokenizer, question, question_eos)
+    rows = index.triples[subgraph.triples] + np.array([0, index.num_entities, 0])  # (S, 3) label ids
+    extra = np.asarray(subgraph.entities, dtype=np.int64)
+    question_tokens = question_tokens_of(question, tokenizer, question_eos)
+    return _layout(rows, extra, label_tokens(index, tokenizer), question_tokens)
 
 
 def layout_triples(
@@ -184,7 +184,11 @@ def layout_triples(
     for h, _, t in triples:
         ids.setdefault(h, len(ids))
         ids.setdefault(t, len(ids))
-    return _layout(list(triples), lambda e: e, ids.__getitem__, [], tokenizer, question, question_eos)
+    relations = {r: len(ids) + i for i, r in enumerate(dict.fromkeys(r for _, r, _ in triples))}
+    rows = np.asarray([(ids[h], relations[r], ids[t]) for h, r, t in triples], dtype=np.int64).reshape(-1, 3)
+    store = LabelTokens([*ids, *relations], tokenizer)
+    question_tokens = question_tokens_of(question, tokenizer, question_eos)
+    return _layout(rows, np.zeros(0, dtype=np.int64), store, question_tokens)
 
 
 def encode_subgraph(
@@ -293,63 +297,39 @@ def question_tokens_of(question: str | None, tokenizer, eos: bool) -> list[int]:
     return [*tokens, int(end)]
 
 
-_PHRASE_TOKENS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-"""Tokenizer -> {phrase: token ids}: KG phrases recur across questions' subgraphs, so each is tokenised once
-per process (tokenising was 36 ms of a 600-triplet MuSiQue layout; benchmarks/RESULTS.md)."""
-_PHRASE_CACHE_LIMIT = 1_000_000
-
-
-def _phrase_tokens(texts: list[str], tokenizer) -> dict[str, list[int]]:
-    """``{text: token ids}`` for distinct ``texts``, tokenising only phrases this tokenizer has not seen."""
-    try:
-        cache = _PHRASE_TOKENS.setdefault(tokenizer, {})
-    except TypeError:  # not weak-referenceable: no cache
-        cache = {}
-    new = [text for text in texts if text not in cache]
-    if len(cache) + len(new) > _PHRASE_CACHE_LIMIT:
-        cache.clear()
-    cache.update(zip(new, _tokenise(new, tokenizer), strict=True))
-    return {text: cache[text] for text in texts}
-
-
 def _check_nonempty(texts: Sequence[str], tokens: Sequence[list[int]]) -> None:
     for text, toks in zip(texts, tokens, strict=True):
         if not toks:
             raise ValueError(f"node {text!r} tokenises to no tokens; every node needs one")
 
 
-def _layout(triples, entity_text, entity_id, extra: list, tokenizer, question: str | None, eos: bool) -> LeviLayout:
-    """Nodes in order of first use: entity nodes keyed by entity, a relation node per triple."""
-    node_text: list[str] = []
-    node_entity: list[int] = []
-    entity_node: dict[Hashable, int] = {}
-    triple_nodes: list[tuple[int, int, int]] = []
-
-    def entity(key) -> int:
-        if key not in entity_node:
-            entity_node[key] = len(node_text)
-            node_text.append(entity_text(key))
-            node_entity.append(entity_id(key))
-        return entity_node[key]
-
-    for h, r, t in triples:
-        head = entity(h)
-        node_text.append(r)
-        node_entity.append(-1)
-        triple_nodes.append((head, len(node_text) - 1, entity(t)))
-    for key in extra:
-        entity(key)
-
-    tokens_of = _phrase_tokens(list(dict.fromkeys(node_text)), tokenizer)
-    node_tokens = [tokens_of[text] for text in node_text]
-    _check_nonempty(node_text, node_tokens)
-    question_tokens = question_tokens_of(question, tokenizer, eos)
-    lengths = [len(toks) for toks in node_tokens]
-    node_of_token = np.concatenate([np.repeat(np.arange(len(lengths)), lengths), np.full(len(question_tokens), -1)])
+def _layout(rows: np.ndarray, extra: np.ndarray, store: LabelTokens, question_tokens: list[int]) -> LeviLayout:
+    """The Levi layout of triples ``rows`` (``(S, 3)`` label ids of ``store``: head, relation, tail) and the
+    entity labels ``extra``: nodes in order of first use, an entity node per distinct entity label, a relation
+    node per triple, then the ``extra`` entities no triple touches. Entity label ids are the entity ids.
+    """
+    n_slot = rows.size  # 3S: head, relation, tail, head, ...
+    labels = np.concatenate([rows.reshape(-1), extra])  # (3S + X,) in order of use
+    entity_at = np.concatenate([np.flatnonzero(np.arange(n_slot) % 3 != 1), n_slot + np.arange(len(extra))])
+    _, first, inverse = np.unique(labels[entity_at], return_index=True, return_inverse=True)
+    new = np.ones(len(labels), dtype=bool)  # a relation slot always makes a node, an entity slot the first time
+    new[entity_at] = False
+    new[entity_at[first]] = True
+    node_at = np.cumsum(new) - 1  # (3S + X,) node of each slot, right where it is made ...
+    node_at[entity_at] = node_at[entity_at[first]][inverse]  # ... and an entity's first node where it recurs
+    node_label = labels[new]  # (N,)
+    is_entity = np.zeros(len(labels), dtype=bool)
+    is_entity[entity_at] = True
+    lengths = store.lengths(node_label)  # (N,)
+    if not lengths.all():
+        text = store.labels[int(node_label[np.argmin(lengths)])]
+        raise ValueError(f"node {text!r} tokenises to no tokens; every node needs one")
+    graph_tokens = store.gather(node_label, lengths)  # (L_g,)
+    node_of_token = np.repeat(np.arange(len(node_label)), lengths)
     return LeviLayout(
-        input_ids=np.asarray([tok for toks in node_tokens for tok in toks] + question_tokens, dtype=np.int64),
-        node_of_token=node_of_token.astype(np.int64),
-        entity_of_node=np.asarray(node_entity, dtype=np.int64),
-        triple_nodes=np.asarray(triple_nodes, dtype=np.int64).reshape(-1, 3),
+        input_ids=np.concatenate([graph_tokens, np.asarray(question_tokens, dtype=np.int64)]),
+        node_of_token=np.concatenate([node_of_token, np.full(len(question_tokens), -1)]).astype(np.int64),
+        entity_of_node=np.where(is_entity[new], node_label, -1),
+        triple_nodes=node_at[:n_slot].reshape(-1, 3),
         num_question_tokens=len(question_tokens),
     )

@@ -79,18 +79,21 @@ def graph_positions(
     nodes = layout.node_of_token[:n_graph]  # (L_g,)
     lengths = np.bincount(nodes, minlength=layout.num_nodes)  # (N,)
     starts = np.concatenate([[0], np.cumsum(lengths)])  # (N + 1,)
-    within = _within_node_cells(lengths, starts)
     if mode == "path":
         _path_positions(layout.triple_nodes, lengths, starts, relative_position, kind)
-        writes = [within]
+        writes = [_within_node_cells(lengths, starts)]
     else:
         kind[:n_graph, :n_graph] = GRAPH_GLOBAL
-        triple = _triple_cells(layout.triple_nodes, lengths, starts, conflict)
-        # The reference writes within-node positions first (a self-loop overwrites them); ``nearest`` last.
-        writes = [within, triple] if conflict == "last" else [triple, within]
+        if conflict == "last" and _relations_private(layout.triple_nodes, len(lengths)):
+            writes = _last_rule_cells(layout.triple_nodes, lengths, starts)
+        else:
+            within = _within_node_cells(lengths, starts)
+            triple = _triple_cells(layout.triple_nodes, lengths, starts, conflict)
+            # The reference writes within-node positions first (a self-loop overwrites them); ``nearest`` last.
+            writes = [within, triple] if conflict == "last" else [triple, within]
     for row, col, value in writes:
-        relative_position[row, col] = value
-        kind[row, col] = SAME_TRIPLE
+        _scatter(relative_position, row, col, value)
+        _scatter(kind, row, col, SAME_TRIPLE)
 
     steps = np.arange(layout.num_question_tokens, dtype=np.int32)
     relative_position[n_graph:, n_graph:] = steps[None, :] - steps[:, None]  # (L_q, L_q)
@@ -119,6 +122,71 @@ def _within_node_cells(lengths, starts) -> tuple[np.ndarray, np.ndarray, np.ndar
     return first + i, first + k, (k - i).astype(np.int32)
 
 
+def _relations_private(triple_nodes, n_node: int) -> bool:
+    """Whether every relation node serves one triple and no entity slot (as every layout of :mod:`levi` has it)."""
+    uses = np.bincount(triple_nodes.reshape(-1), minlength=n_node)  # (N,)
+    return bool((uses[triple_nodes[:, 1]] == 1).all())
+
+
+def _last_rule_cells(triple_nodes, lengths, starts) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The writes of the ``last`` rule, in order, when relation nodes are private (:func:`_relations_private`).
+
+    A relation token then shares a triple only with its own triple's entities, so only entity pairs can be
+    positioned twice: the last triple joining an (unordered) entity pair writes every cell of that pair, and
+    the last self-loop on an entity every cell of the entity (over its within-node positions). So no cell is
+    written twice and no sort is needed: first the within-node cells and the kept blocks, then the self-loops.
+    """
+    n_triple, n_node = len(triple_nodes), len(lengths)
+    node_length = lengths[triple_nodes]  # (S, 3)
+    offset = np.concatenate([np.zeros((n_triple, 1), np.int64), np.cumsum(node_length[:, :2], axis=1)], axis=1)
+    head, tail = triple_nodes[:, 0], triple_nodes[:, 2]
+    self_loop = head == tail  # (S,)
+    pair = np.minimum(head, tail) * n_node + np.maximum(head, tail)  # (S,) unordered entity pair
+    _, last_reversed = np.unique(pair[::-1], return_index=True)
+    decides = np.zeros(n_triple, dtype=bool)
+    decides[n_triple - 1 - last_reversed] = True  # the last triple of each pair
+    # Which triples write each role pair, by the role the pair leaves out: relation <-> tail (no head) always (a
+    # self-loop's entity reads as its tail), head <-> relation (no tail) unless a self-loop, head <-> tail (no
+    # relation) only the deciding triple of a distinct pair.
+    keep = {0: np.ones(n_triple, dtype=bool), 2: ~self_loop, 1: decides & ~self_loop}
+    first_row, first_col, n_rows, n_cols, base = [starts[:-1]], [starts[:-1]], [lengths], [lengths], [0 * lengths]
+    for a, b in ROLE_PAIRS:  # after the within-node blocks
+        s = np.flatnonzero(keep[3 - a - b])
+        first_row.append(starts[triple_nodes[s, a]])
+        first_col.append(starts[triple_nodes[s, b]])
+        n_rows.append(node_length[s, a])
+        n_cols.append(node_length[s, b])
+        base.append(offset[s, b] - offset[s, a])
+    block, i, k = _blocks(np.concatenate(n_rows), np.concatenate(n_cols))
+    row = np.concatenate(first_row)[block] + i
+    col = np.concatenate(first_col)[block] + k
+    main = (row, col, (np.concatenate(base)[block] + (k - i)).astype(np.int32))
+    return [main, _self_loop_cells(np.flatnonzero(decides & self_loop), triple_nodes, node_length, starts)]
+
+
+def _self_loop_cells(loops, triple_nodes, node_length, starts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row, column and position of the entity-entity cells of self-loops ``loops`` as the reference leaves them
+    (module docstring): ``(y - x) + (l_e + l_r)`` for ``x > y``, else ``(y - x) - (l_e + l_r)``."""
+    block, x, y = _blocks(node_length[loops, 0], node_length[loops, 0])
+    t = loops[block]
+    span = node_length[t, 0] + node_length[t, 1]  # l_e + l_r
+    first = starts[triple_nodes[t, 0]]
+    return first + x, first + y, np.where(x > y, (y - x) + span, (y - x) - span).astype(np.int32)
+
+
+def _scatter(array: np.ndarray, row: np.ndarray, col: np.ndarray, value) -> None:
+    """``array[row, col] = value``, through a flat view when rows are contiguous (10x faster than 2-D indexing)."""
+    if not row.size:
+        return
+    if array.strides[1] != array.itemsize:
+        array[row, col] = value
+        return
+    step = array.strides[0] // array.itemsize  # elements from one row to the next (a batch view: the padded L)
+    span = (array.shape[0] - 1) * step + array.shape[1]
+    flat = np.lib.stride_tricks.as_strided(array, shape=(span,), strides=(array.itemsize,))
+    flat[row * step + col] = value
+
+
 def _triple_cells(triple_nodes, lengths, starts, conflict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Row, column and position of every token pair that shares a triple, each pair once, by ``conflict``."""
     n_triple, n_tok = len(triple_nodes), int(starts[-1])  # n_tok: graph tokens, enough to number the cells
@@ -145,14 +213,11 @@ def _triple_cells(triple_nodes, lengths, starts, conflict) -> tuple[np.ndarray, 
         ranks.append(np.full(len(t), rank))
     if conflict == "last" and self_loop.any():
         s = np.flatnonzero(self_loop)
-        block, x, y = _blocks(node_length[s, 0], node_length[s, 0])
-        t = s[block]
-        span = node_length[t, 0] + node_length[t, 1]  # l_e + l_r
-        first = starts[triple_nodes[t, 0]]
-        cells.append((first + x) * n_tok + first + y)
-        values.append(np.where(x > y, (y - x) + span, (y - x) - span))
-        triples.append(t)
-        ranks.append(np.zeros(len(t), dtype=np.int64))
+        row, col, value = _self_loop_cells(s, triple_nodes, node_length, starts)
+        cells.append(row * n_tok + col)
+        values.append(value)
+        triples.append(np.repeat(s, node_length[s, 0] ** 2))
+        ranks.append(np.zeros(len(row), dtype=np.int64))
     cell, value, triple = np.concatenate(cells), np.concatenate(values), np.concatenate(triples)
     if conflict == "last":
         # Within one triple every cell appears once, so the order (cell, triple) and the last of each cell.
