@@ -116,9 +116,10 @@ def load_checkpoint_dict(path: str | os.PathLike[str], key: str = "ckpt_path") -
 # --- caches: atomic, checksummed, loaded with a clear error ----------------------------------------------
 #
 # Every cache file is CACHE_MAGIC, the SHA-256 of the payload in hex, a newline, then the payload (an .npy
-# array, a weights-only torch.save dict or UTF-8 JSON). Writes are atomic (atomic_write_bytes), so concurrent writers need no lock: a reader
-# sees one writer's whole file or another's, never a mix, and two writers of one key write the same record
-# (the key hashes everything the record depends on), so the last rename losing the other's is harmless.
+# array, a weights-only torch.save dict or UTF-8 JSON). Writes are atomic (atomic_write_bytes), so concurrent
+# writers need no lock: a reader sees one writer's whole file or another's, never a mix, and two writers of one
+# key write the same record (the key hashes everything the record depends on), so the last rename losing the
+# other's is harmless.
 
 CACHE_MAGIC = b"GLMRAG-CACHE-1\n"
 
