@@ -56,17 +56,18 @@ def _compose(overrides, return_hydra_config=False):
         return compose(config_name="train", overrides=overrides, return_hydra_config=return_hydra_config)
 
 
-def paper_configs() -> list[tuple[str, object, set[str], set[str]]]:
-    """(name, composed config, claims, keys it may set otherwise) of every experiment file and study run."""
+def paper_configs(composer=_compose) -> list[tuple[str, object, set[str], set[str]]]:
+    """(name, composed config, claims, keys it may set otherwise) of every experiment file and study run,
+    composed by ``composer`` (the session's cached ``train_config`` in the tests)."""
     out = []
     for experiment in EXPERIMENTS:
-        cfg = _compose([f"experiment={experiment}", "output_dir=x"], return_hydra_config=True)
+        cfg = composer([f"experiment={experiment}", "output_dir=x"], return_hydra_config=True)
         params = dict(cfg.hydra.sweeper.params or {})
         runs = [[]]
         if experiment.startswith("study_"):  # a study file alone is no run of it: compose each run of its grid
             runs = list(itertools.product(*[[f"{k}={v}" for v in str(vs).split(",")] for k, vs in params.items()]))
         for run in runs:
-            c = _compose([f"experiment={experiment}", "output_dir=x", *run]) if run else cfg
+            c = composer([f"experiment={experiment}", "output_dir=x", *run]) if run else cfg
             claims = {f"experiment={experiment}"} | ({c.paper_setting} if c.paper_setting else set())
             allowed = set(c.paper_deviations) | {k.lstrip("+") for k in params}
             out.append((" ".join([experiment, *run]), c, claims, allowed))
@@ -74,8 +75,8 @@ def paper_configs() -> list[tuple[str, object, set[str], set[str]]]:
 
 
 @pytest.fixture(scope="module")
-def configs():
-    return paper_configs()
+def configs(train_config):
+    return paper_configs(train_config)
 
 
 def test_the_table_parses_and_covers_every_paper_setting():

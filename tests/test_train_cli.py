@@ -204,11 +204,12 @@ def load_gnn(ckpt):
     return GNNRetrieverModule.load_from_checkpoint(ckpt, map_location="cpu")
 
 
-def study_runs(study: str) -> list:
-    """Every run of a study's sweep, composed (the Cartesian product of its hydra.sweeper.params)."""
-    params = _compose([f"experiment={study}", "output_dir=x"], return_hydra_config=True).hydra.sweeper.params
+def study_runs(study: str, composer=_compose) -> list:
+    """Every run of a study's sweep, composed (the Cartesian product of its hydra.sweeper.params) by
+    ``composer``: the session's cached ``train_config`` in the tests."""
+    params = composer([f"experiment={study}", "output_dir=x"], return_hydra_config=True).hydra.sweeper.params
     grid = [[f"{key}={v}" for v in str(values).split(",")] for key, values in params.items()]
-    return [_compose([f"experiment={study}", "output_dir=x", *run]) for run in itertools.product(*grid)]
+    return [composer([f"experiment={study}", "output_dir=x", *run]) for run in itertools.product(*grid)]
 
 
 def test_the_paper_studies_exist():
@@ -217,8 +218,8 @@ def test_the_paper_studies_exist():
 
 
 @pytest.mark.parametrize("study", STUDIES)
-def test_every_study_run_composes_into_one_results_folder(study):
-    runs = study_runs(study)
+def test_every_study_run_composes_into_one_results_folder(study, train_config):
+    runs = study_runs(study, train_config)
     assert len(runs) >= 2
     for cfg in runs:
         assert cfg.study == study.removeprefix("study_") and cfg.results_dir == f"results/{cfg.study}"
@@ -227,26 +228,26 @@ def test_every_study_run_composes_into_one_results_folder(study):
     assert len({c.run_name for c in runs}) == len(runs)  # runs are told apart
 
 
-def test_study_values_follow_the_paper():
-    restriction = study_runs("study_subgraph_restriction")  # Table 3
+def test_study_values_follow_the_paper(train_config):
+    restriction = study_runs("study_subgraph_restriction", train_config)  # Table 3
     assert sorted(c.model.max_triplets for c in restriction if c.family == "glm_rag") == [300, 400, 500, 600]
     gnn = {c.model_name: c.model.max_triplets for c in restriction if c.family == "gfm_rag_star"}
     assert gnn == {"gfm_rag_star": None} | {f"gfm_rag_star_t{t}": t for t in (600, 500, 400, 300)}
-    capacity = study_runs("study_capacity_scaling")  # Table 18 pairs
+    capacity = study_runs("study_capacity_scaling", train_config)  # Table 18 pairs
     pairs = {(c.capacity, c.model.get("hidden_channels") or c.model.t5) for c in capacity}
     assert {p for p in pairs if p[0] == "small"} == {("small", 1024), ("small", "t5-small")}
     assert {c.model.hidden_channels for c in capacity if "hidden_channels" in c.model} == {1024, 2048, 4096}
     assert {c.model.t5 for c in capacity if "t5" in c.model} == {"t5-small", "t5-base", "t5-large"}
     assert {c.family for c in capacity} == {"gfm_rag_star", "gfm_rag_plus", "glm_rag"}
-    scaling = study_runs("study_data_scaling")  # Fig. 7
+    scaling = study_runs("study_data_scaling", train_config)  # Fig. 7
     assert sorted({c.datamodule.train_fraction for c in scaling}) == [0.25, 0.5, 0.75, 1.0]
     assert {c.datamodule.limit for c in scaling} == {None}
     assert {c.data.limit for c in scaling} == {None}  # the evaluator scores the whole test split
-    assert [c.pretrain is not None for c in study_runs("study_in_domain")] == [True, False, False, False]
+    assert [c.pretrain is not None for c in study_runs("study_in_domain", train_config)] == [True, False, False, False]
 
 
-def test_transfer_study_evaluates_on_other_datasets():
-    runs = study_runs("study_transfer")  # Table 1
+def test_transfer_study_evaluates_on_other_datasets(train_config):
+    runs = study_runs("study_transfer", train_config)  # Table 1
     assert {(c.data.name, c.family) for c in runs} == {
         (d, f) for d in ("musique100", "2wiki_train") for f in ("gfm_rag_star", "gfm_rag_plus", "glm_rag")
     }

@@ -119,7 +119,7 @@ def test_wandb_mode_environment_is_honoured(monkeypatch, offline):
         resolve_wandb_mode("auto")
 
 
-def test_a_disabled_run_writes_no_wandb_files(glmrag_cache, tmp_path, offline, monkeypatch):
+def test_a_disabled_run_writes_no_wandb_files(glmrag_cache, tiny_musique, tmp_path, offline, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    job(tmp_path, "d", ["experiment=demo", "+trainer.fast_dev_run=true"])
+    job(tmp_path, "d", ["experiment=demo", "+trainer.fast_dev_run=true", f"data.name={tiny_musique}"])
     assert not list((tmp_path / "d").rglob("offline-run-*")) and not list((tmp_path / "d").rglob("run-*"))
