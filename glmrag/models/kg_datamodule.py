@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -63,7 +64,7 @@ class QuestionSettings:
         object.__setattr__(self, "train_fraction", check_train_fraction(self.train_fraction))
 
 
-class KGDataModule(LightningDataModule):
+class KGDataModule(LightningDataModule, ABC):
     """What the DataModules over KG-indexed datasets share: argument checks, the indexes, the device batch.
 
     A subclass takes ``datasets``, ``index`` and the :class:`QuestionSettings` as keyword arguments, calls
@@ -121,9 +122,9 @@ class KGDataModule(LightningDataModule):
             raise ValueError(f"batch_size {self.hparams.batch_size} is not divisible by the {world} devices")
         self.batch_size_per_device = self.hparams.batch_size // world
 
+    @abstractmethod
     def _loader(self, split_name: str, train: bool) -> DataLoader:
-        """The DataLoader of one split; each DataModule builds its own."""
-        raise NotImplementedError(f"{type(self).__name__} must define _loader(split_name, train)")
+        """The DataLoader of one split; each DataModule builds its own (an abstract base: only subclasses are built)."""
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train_split", train=True)

@@ -42,3 +42,18 @@ def test_defaults_and_a_misspelled_key(cls):
     assert dm.hparams.datasets == ["musique100"]
     with pytest.raises(TypeError, match=r"\['limt'\].*QuestionSettings \(root, train_split"):
         cls("musique100", {}, limt=5)
+
+
+def test_the_shared_base_is_abstract_and_a_subclass_must_build_its_loaders():
+    from glmrag.models.kg_datamodule import KGDataModule
+
+    with pytest.raises(TypeError, match="abstract method _loader"):
+        KGDataModule(datasets=["musique100"], index={})
+
+    class NoLoaders(KGDataModule):
+        pass
+
+    with pytest.raises(TypeError, match="abstract method _loader"):
+        NoLoaders(datasets=["musique100"], index={})
+    assert not getattr(KGQADataModule._loader, "__isabstractmethod__", False)
+    assert not getattr(SubgraphDataModule._loader, "__isabstractmethod__", False)
