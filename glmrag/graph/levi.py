@@ -191,19 +191,6 @@ def layout_triples(
     return _layout(rows, np.zeros(0, dtype=np.int64), store, question_tokens)
 
 
-def encode_subgraph(
-    index: KGIndex,
-    subgraph: Subgraph,
-    tokenizer,
-    question: str | None = None,
-    mode: str = "triple",
-    conflict: str = "last",
-    question_eos: bool = False,
-) -> LeviGraph:
-    """:func:`layout_subgraph` with its positions."""
-    return with_positions(layout_subgraph(index, subgraph, tokenizer, question, question_eos), mode, conflict)
-
-
 def encode_triples(
     triples: Sequence[tuple[str, str, str]],
     tokenizer,

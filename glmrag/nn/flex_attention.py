@@ -43,9 +43,10 @@ Differences the caller must know:
   log-sum-exp is -inf and the kernel writes zeros); neither is NaN and both
   give zero gradient to q and k for that row. Callers ignore padding rows, so
   the two paths agree wherever it matters.
-- Attention dropout is not supported by flex: ``flex_graph_attention`` raises
-  if ``dropout > 0`` (set ``dropout_rate: 0`` in the T5 config, or use the
-  eager backend).
+- Attention dropout is not supported by flex: ``flex_graph_attention`` takes
+  no dropout, and ``glmrag.nn.glm.graph_attention`` raises if the flex backend
+  is asked for ``dropout > 0`` (set ``dropout_rate: 0`` in the T5 config, or
+  use the eager backend).
 - On CUDA the kernel is ``torch.compile(flex_attention)`` (compiled once per
   process, lazily). On CPU the uncompiled call runs an unfused reference that
   materialises the scores: slow, for tests. Torch refuses its backward when
@@ -207,12 +208,7 @@ def _flex_kernel(device: torch.device) -> Callable[..., torch.Tensor]:
 
 
 def flex_graph_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    bias: GraphAttentionBias,
-    scaling: float,
-    dropout: float = 0.0,
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: GraphAttentionBias, scaling: float
 ) -> torch.Tensor:
     """Graph-biased attention with FlexAttention; equals ``eager_graph_attention`` on every row with an allowed key.
 
@@ -229,11 +225,6 @@ def flex_graph_attention(
         bias.allowed: (B, L, L) bool or None; bias.key_mask: (B, L) bool
         output: (B, L, H, D), contiguous
     """
-    if dropout > 0:
-        raise ValueError(
-            f"flex_graph_attention got attention dropout {dropout}, which FlexAttention does not support; "
-            "set dropout_rate: 0 in the T5 config of the GLM encoder, or use backend 'eager'"
-        )
     seq_len = query.shape[-2]
     if key.shape[-2] != seq_len or bias.bucket.shape[-2:] != (seq_len, seq_len):
         raise ValueError(

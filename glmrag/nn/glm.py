@@ -70,7 +70,12 @@ def graph_attention(
         raise ValueError("a GraphAttentionBias carries its own mask; call the blocks with attention_mask=None")
     scaling = 1.0 if scaling is None else scaling
     if position_bias.backend == "flex":
-        return flex_graph_attention(query, key, value, position_bias, scaling, dropout), None
+        if dropout > 0:
+            raise ValueError(
+                f"the flex backend got attention dropout {dropout}, which FlexAttention does not support; "
+                "set dropout_rate: 0 in the T5 config of the GLM encoder, or use backend 'eager'"
+            )
+        return flex_graph_attention(query, key, value, position_bias, scaling), None
     if dropout == 0.0 and query.dtype == torch.float32:
         return sdpa_graph_attention(query, key, value, position_bias, scaling), None
     return eager_graph_attention(query, key, value, position_bias, scaling, dropout, module.training), None

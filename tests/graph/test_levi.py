@@ -2,7 +2,14 @@ import numpy as np
 import pytest
 import transformers
 
-from glmrag.graph.levi import encode_subgraph, encode_triples, graph_positions, linearise, linearise_subgraph
+from glmrag.graph.levi import (
+    encode_triples,
+    graph_positions,
+    layout_subgraph,
+    linearise,
+    linearise_subgraph,
+    with_positions,
+)
 from glmrag.graph.subgraph import Subgraph
 from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
 
@@ -125,7 +132,7 @@ def test_self_loop_keeps_within_node_positions(tok):
     assert (g.kind == 0).all()
 
 
-def test_encode_subgraph_matches_phrase_triples_and_keeps_isolated_seeds(tok, kg):
+def test_layout_subgraph_matches_phrase_triples_and_keeps_isolated_seeds(tok, kg):
     index = kg([(0, 0, 1), (2, 1, 0), (1, 0, 2)], num_entities=4)
     sub = Subgraph(
         triples=np.array([2, 0], dtype=np.int64),
@@ -134,7 +141,7 @@ def test_encode_subgraph_matches_phrase_triples_and_keeps_isolated_seeds(tok, kg
         seeds=np.array([0, 3], dtype=np.int64),
         truncated=False,
     )
-    g = encode_subgraph(index, sub, tok, question="who is the president")
+    g = with_positions(layout_subgraph(index, sub, tok, question="who is the president"))
     ref = encode_triples([("e1", "r0", "e2"), ("e0", "r0", "e1")], tok, question="who is the president")
     # nodes: e1, r0, e2, e0, r0, then isolated seed e3
     assert g.entity_of_node.tolist() == [1, -1, 2, 0, -1, 3]
@@ -168,7 +175,7 @@ def test_empty_phrase_is_an_error(tok):
 def test_600_triples_are_consistent(tok, random_graph, conflict):
     index = random_graph(num_entities=300, num_triples=600, seed=1)
     sub = first_triples(index, 600)
-    g = encode_subgraph(index, sub, tok, question="who is the president", conflict=conflict)
+    g = with_positions(layout_subgraph(index, sub, tok, question="who is the president"), conflict=conflict)
     n_graph = g.num_graph_tokens
     assert (g.node_of_token[:n_graph] >= 0).all() and (g.node_of_token[n_graph:] == -1).all()
     assert (g.entity_of_node == -1).sum() == 600
@@ -215,8 +222,8 @@ def test_path_mode_takes_shortest_directed_path_and_leaves_unreachable_pairs_glo
 def test_path_mode_agrees_with_triple_mode_within_triples_of_a_tree(tok, random_graph):
     index = random_graph(num_entities=60, num_triples=59, seed=3)
     sub = first_triples(index, 59)
-    triple = encode_subgraph(index, sub, tok, mode="triple")
-    path = encode_subgraph(index, sub, tok, mode="path")
+    triple = with_positions(layout_subgraph(index, sub, tok), mode="triple")
+    path = with_positions(layout_subgraph(index, sub, tok), mode="path")
     joined = triple.kind == 0
     assert (path.kind[joined] == 0).all()  # every triple pair is also joined by a path
     np.testing.assert_array_equal(

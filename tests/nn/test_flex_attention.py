@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 
 import pytest
 import torch
 
+from glmrag.nn.attention_bias import GraphAttentionBias
 from glmrag.nn.flex_attention import (
     cpu_flex_backward,
     eager_graph_attention,
@@ -14,19 +15,7 @@ from glmrag.nn.flex_attention import (
     graph_block_mask,
     sdpa_graph_attention,
 )
-
-try:
-    from glmrag.nn.attention_bias import GraphAttentionBias
-except ImportError:  # glm.py not written yet: the same contract
-
-    @dataclass(eq=False)
-    class GraphAttentionBias:
-        bucket: torch.Tensor
-        table: torch.Tensor
-        allowed: torch.Tensor | None
-        key_mask: torch.Tensor
-        backend: str = "eager"
-
+from glmrag.nn.glm import graph_attention
 
 B, H, L, D, K = 2, 3, 40, 8, 35
 LENGTHS = (40, 33)  # the second sequence has 7 padding tokens
@@ -139,8 +128,11 @@ def test_fully_masked_rows_are_finite() -> None:
 
 def test_dropout_is_refused_with_the_fix() -> None:
     q, k, v, bias = make_case(local=False)
+    flex = dataclasses.replace(bias, backend="flex")
     with pytest.raises(ValueError, match="dropout_rate: 0"):
-        flex_graph_attention(q, k, v, bias, scaling=1.0, dropout=0.1)
+        graph_attention(torch.nn.Module(), q, k, v, None, scaling=1.0, dropout=0.1, position_bias=flex)
+    dispatched = graph_attention(torch.nn.Module(), q, k, v, None, scaling=1.0, dropout=0.0, position_bias=flex)[0]
+    torch.testing.assert_close(dispatched, flex_graph_attention(q, k, v, flex, scaling=1.0))
 
 
 def test_cpu_backward_error_names_the_eager_backend() -> None:
