@@ -115,7 +115,7 @@ def test_main_job_trains_tests_and_evaluates_against_ppr(glmrag_cache, tmp_path)
 def test_glm_trains_tests_and_evaluates_like_the_gnn(glmrag_cache, tmp_path):
     overrides = ["experiment=glm_demo", "trainer.max_epochs=1", "retriever@baselines=[ppr]", "data.limit=12"]
     cfg = _compose([*overrides, "model.max_triplets=40", "logger=[csv]", "n_boot=100", *_paths(tmp_path)])
-    assert cfg.datamodule.max_triplets == 40 and cfg.datamodule.tokenizer == cfg.model.tokenizer
+    assert cfg.datamodule.subgraph.max_triplets == 40 and cfg.datamodule.tokenizer == cfg.model.tokenizer
     out = run_train(cfg)
     result = out["eval"]
     assert result.systems == ["glm_demo-musique100", "ppr"]
@@ -130,12 +130,16 @@ def test_glm_trains_tests_and_evaluates_like_the_gnn(glmrag_cache, tmp_path):
 
 def test_glm_ablation_values_reach_the_model_and_datamodule():
     linear = _compose(["experiment=glm_linear", "output_dir=x"])
-    assert linear.model.layout == "linear" and linear.datamodule.layout == "linear" and linear.model.t5 == "t5-base"
+    assert (
+        linear.model.layout == "linear"
+        and linear.datamodule.subgraph.layout == "linear"
+        and linear.model.t5 == "t5-base"
+    )
     assert _compose(["experiment=glm_local", "output_dir=x"]).model.attention == "local"
     none = _compose(["experiment=glm_no_interaction", "output_dir=x"])
-    assert not none.model.use_text and not none.datamodule.use_text and not none.model.query_interaction
+    assert not none.model.use_text and not none.datamodule.subgraph.use_text and not none.model.query_interaction
     hops = _compose(["experiment=glm_rag", "model.max_hops=3", "model.max_triplets=300", "output_dir=x"])
-    assert (hops.datamodule.max_hops, hops.datamodule.max_triplets) == (3, 300)
+    assert (hops.datamodule.subgraph.max_hops, hops.datamodule.subgraph.max_triplets) == (3, 300)
 
 
 @pytest.mark.parametrize("sweep", [e for e in EXPERIMENTS if e.startswith("glm_sweep_")])

@@ -36,10 +36,10 @@ import numpy as np
 import torch
 from transformers import T5Config
 
-from glmrag.graph.levi import POSITION_CONFLICTS, POSITION_MODES
+from glmrag.graph.subgraph import MAX_HOPS, MAX_TRIPLETS
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.ranking import DOC_RANKER_ENTITIES, rank_passages
-from glmrag.models.glm_inputs import load_tokenizer
+from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer
 from glmrag.models.losses import gfm_rag_loss
 from glmrag.models.retriever_module import RetrieverModule
 from glmrag.nn.glm import GLMEncoder
@@ -49,7 +49,6 @@ HEAD_LR = 5e-4
 """GLM-RAG Table 14: learning rate of the entity scorer and question projection."""
 BACKBONE_LR = 1e-4
 """GLM-RAG Table 14: learning rate of the T5 backbone."""
-LAYOUTS = ("graph", "linear")
 BUCKET_LRS = ("backbone", "head")
 """Which learning rate the GLM's extra buckets take (not in GLM-RAG; ``backbone`` as the GLM reference code)."""
 SUBGRAPH_FIELDS = (
@@ -58,11 +57,13 @@ SUBGRAPH_FIELDS = (
     "layout",
     "use_text",
     "position_mode",
-    "subgraph_seed",
-    "position_conflict",
+    "seed",
     "question_eos",
+    "position_conflict",
 )
-"""Hyper-parameters the DataModule must share with the module."""
+"""The :class:`SubgraphSettings` fields the module holds (all but ``precompute``, which is the DataModule's)."""
+MODEL_NAMES = {"seed": "subgraph_seed"}
+"""Hyper-parameter names of the module that differ from the :class:`SubgraphSettings` field."""
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +113,8 @@ class GLMRetrieverModule(RetrieverModule):
         question_dim: int = 384,
         backend: str = "eager",
         gradient_checkpointing: bool = False,
-        max_hops: int = 2,
-        max_triplets: int = 600,
+        max_hops: int = MAX_HOPS,
+        max_triplets: int = MAX_TRIPLETS,
         layout: str = "graph",
         use_text: bool = True,
         position_mode: str = "triple",
@@ -134,18 +135,13 @@ class GLMRetrieverModule(RetrieverModule):
         embed_model: str = DEFAULT_MODEL,
     ) -> None:
         super().__init__()
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-        if position_mode not in POSITION_MODES:
-            raise ValueError(f"position_mode must be one of {POSITION_MODES}, got {position_mode!r}")
-        if position_conflict not in POSITION_CONFLICTS:
-            raise ValueError(f"position_conflict must be one of {POSITION_CONFLICTS}, got {position_conflict!r}")
         if bucket_lr not in BUCKET_LRS:
             raise ValueError(f"bucket_lr must be one of {BUCKET_LRS}, got {bucket_lr!r}")
         ks = self.init_evaluation(ks, ranker)  # checked, and a plain tuple in the checkpoint
         tokenizer = tokenizer or t5
         t5_config = dict(t5_config) if t5_config is not None else None  # plain dict in the checkpoint
         self.save_hyperparameters(ignore=["optimizer", "scheduler"], logger=False)
+        self.subgraph_settings()  # checks the subgraph fields (layout, position mode, conflict rule)
         self.optimizer_factory = optimizer or torch.optim.AdamW
         self.scheduler_factory = scheduler
 
@@ -180,14 +176,28 @@ class GLMRetrieverModule(RetrieverModule):
                 "GLMRetrieverModule reads its KGs from the DataModule: pass datamodule=SubgraphDataModule(...) "
                 "to trainer.fit/validate/test (a module with an index(kg) method)"
             )
+        theirs = getattr(dm, "settings", None)
+        if isinstance(theirs, SubgraphSettings):
+            ours = self.subgraph_settings()
+            for name in SUBGRAPH_FIELDS:
+                if getattr(theirs, name) != getattr(ours, name):
+                    raise ValueError(
+                        f"the DataModule has {name}={getattr(theirs, name)!r} but the model {getattr(ours, name)!r}; "
+                        f"set datamodule.subgraph.{name}: ${{model.{MODEL_NAMES.get(name, name)}}}"
+                    )
         dm_hp = getattr(dm, "hparams", {})
-        expected = {name: self.hparams[name] for name in (*SUBGRAPH_FIELDS, "tokenizer", "embed_model")}
-        for name, value in expected.items():
-            if name in dm_hp and dm_hp[name] != value:
+        for name in ("tokenizer", "embed_model"):
+            if name in dm_hp and dm_hp[name] != self.hparams[name]:
                 raise ValueError(
-                    f"the DataModule has {name}={dm_hp[name]!r} but the model {value!r}; "
+                    f"the DataModule has {name}={dm_hp[name]!r} but the model {self.hparams[name]!r}; "
                     f"set datamodule.{name}: ${{model.{name}}}"
                 )
+
+    def subgraph_settings(self) -> SubgraphSettings:
+        """How this module's subgraphs are built: the DataModule must build the same (checked in :meth:`setup`),
+        and :class:`~glmrag.retrievers.glm_checkpoint.GLMCheckpointRetriever` rebuilds them at inference."""
+        hp = self.hparams
+        return SubgraphSettings(**{field: hp[MODEL_NAMES.get(field, field)] for field in SUBGRAPH_FIELDS})
 
     def parameter_groups(self) -> list[dict[str, Any]]:
         """Two AdamW groups: the head at ``head_lr``, the T5 backbone at ``backbone_lr`` (GLM-RAG Table 14).

@@ -32,7 +32,7 @@ persistent workers through :class:`StreamBatchSampler`, whose ``set_epoch`` Ligh
 ``num_workers`` null picks ``min(4, cores - 1)`` (at least 1); batches are pinned when CUDA is there.
 
 Positions. By default the collate expands each record's ``(L, L)`` positions per batch (vectorised,
-:mod:`glmrag.graph.positions`). ``precompute_positions`` stores them in the shards instead (int16
+:mod:`glmrag.graph.positions`). ``subgraph.precompute`` stores them in the shards instead (int16
 positions and int8 kinds) so that epochs only stream and pad; benchmarks/RESULTS.md ("GLM input
 pipeline") measures both.
 
@@ -49,6 +49,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +61,11 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import Dataset, Question
-from glmrag.graph.subgraph import MAX_HOPS, MAX_TRIPLETS
 from glmrag.index.cache import get_index
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.index.store import content_manifest
-from glmrag.io import atomic_write_bytes, atomic_write_text, cache_root, default_mode
+from glmrag.io import atomic_write_bytes, atomic_write_text, cache_root, default_mode, plain_container
 from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record, record_schema
 from glmrag.models.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
 from glmrag.models.kg_datamodule import KGDataModule
@@ -348,6 +348,17 @@ class StreamBatchSampler(DistributedSampler):
 # --- the DataModule ----------------------------------------------------------------------------------
 
 
+def subgraph_settings(subgraph: Mapping[str, Any] | None) -> SubgraphSettings:
+    """``subgraph`` (a mapping of :class:`SubgraphSettings` fields, e.g. the config's ``datamodule.subgraph``)
+    as settings; missing fields take their defaults, an unknown key is an error naming the known ones."""
+    given = plain_container(subgraph or {})
+    known = [field.name for field in fields(SubgraphSettings)]
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise TypeError(f"datamodule.subgraph has unknown key(s) {unknown}; its keys are {', '.join(known)}")
+    return SubgraphSettings(**given)
+
+
 class SubgraphDataModule(KGDataModule):
     """GLM inputs of one or several KG-indexed datasets, streamed from cached shards (module docstring).
 
@@ -356,11 +367,10 @@ class SubgraphDataModule(KGDataModule):
         num_workers: DataLoader workers per process; None: from the cores (:attr:`num_workers`).
         batch_size: GLOBAL batch size, split evenly over devices (GLM-RAG Table 14: 2).
         tokenizer: the GLM's tokenizer: a hub name, a folder, or an ``offline:`` model; must match the module's.
-        max_hops, max_triplets, layout, use_text, position_mode, position_conflict, question_eos:
-            :class:`~glmrag.models.glm_inputs.SubgraphSettings`.
-        precompute_positions: store the ``(L, L)`` positions in the shards at ``prepare_data``
-            (:attr:`SubgraphSettings.precompute`) instead of computing them per batch.
-        subgraph_seed: seed of the randomized BFS (:attr:`SubgraphSettings.seed`).
+        subgraph: how each question's subgraph is built: the fields of
+            :class:`~glmrag.models.glm_inputs.SubgraphSettings` (``max_hops``, ``max_triplets``, ``layout``,
+            ``use_text``, ``position_mode``, ``seed``, ``question_eos``, ``position_conflict``, ``precompute``)
+            as a mapping, missing ones at their defaults; all but ``precompute`` must equal the model's.
         shard_size: records per Parquet shard.
         shuffle_buffer: records in the training shuffle buffer.
         cache_dir: where the shards live (None: ``$GLMRAG_CACHE_DIR/glm_subgraphs``).
@@ -375,15 +385,7 @@ class SubgraphDataModule(KGDataModule):
         batch_size: int = 2,
         num_workers: int | None = None,
         tokenizer: str = DEFAULT_MODEL,
-        max_hops: int = MAX_HOPS,
-        max_triplets: int = MAX_TRIPLETS,
-        layout: str = "graph",
-        use_text: bool = True,
-        position_mode: str = "triple",
-        subgraph_seed: int = 0,
-        position_conflict: str = "last",
-        question_eos: bool = True,
-        precompute_positions: bool = False,
+        subgraph: Mapping[str, Any] | None = None,
         shard_size: int = 256,
         shuffle_buffer: int = 1024,
         cache_dir: str | None = None,
@@ -395,18 +397,9 @@ class SubgraphDataModule(KGDataModule):
             raise ValueError(f"num_workers must be >= 0 or null (chosen from the cores), got {num_workers}")
         if shard_size < 1 or shuffle_buffer < 1 or batch_size < 1:
             raise ValueError(f"batch_size={batch_size}, shard_size={shard_size}, shuffle_buffer={shuffle_buffer}: >= 1")
+        self.settings = subgraph_settings(subgraph)
+        subgraph = self.settings.as_dict()  # every field, plain, in the hyper-parameters
         self.save_hyperparameters(logger=False)
-        self.settings = SubgraphSettings(
-            max_hops,
-            max_triplets,
-            layout,
-            use_text,
-            position_mode,
-            subgraph_seed,
-            question_eos=question_eos,
-            position_conflict=position_conflict,
-            precompute=precompute_positions,
-        )
         self.cache_dir = Path(cache_dir or default_cache_dir())
         self.batch_size_per_device = batch_size
         self.indexes: dict[str, KGIndex] = {}
@@ -527,7 +520,7 @@ class SubgraphDataModule(KGDataModule):
             stream,
             sampler=sampler,
             batch_size=None,  # the stream yields whole local batches
-            collate_fn=GLMCollate(self.hparams.position_mode, position_conflict=self.hparams.position_conflict),
+            collate_fn=GLMCollate(self.settings.position_mode, position_conflict=self.settings.position_conflict),
             num_workers=workers,
             persistent_workers=workers > 0,
             pin_memory=torch.cuda.is_available(),  # page-locked batches copy to the GPU asynchronously

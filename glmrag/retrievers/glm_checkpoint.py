@@ -18,7 +18,7 @@ from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
 from glmrag.index.ranking import make_rankings, rank_passages, top_k_stable
 from glmrag.io import local_checkpoint
-from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
+from glmrag.models.glm_inputs import GLMCollate, load_tokenizer, question_record
 from glmrag.models.glm_module import GLMRetrieverModule, entity_scores
 from glmrag.nn.glm_retriever import GLMInputs
 from glmrag.retrievers.base import Ranking
@@ -55,16 +55,7 @@ class GLMCheckpointRetriever:
         self.batch_size = batch_size
         self.tokenizer = load_tokenizer(hp.tokenizer)
         self.embedder = Embedder(hp.embed_model)
-        self.settings = SubgraphSettings(
-            max_hops=hp.max_hops,
-            max_triplets=hp.max_triplets,
-            layout=hp.layout,
-            use_text=hp.use_text,
-            position_mode=hp.position_mode,
-            seed=hp.subgraph_seed,
-            question_eos=hp.question_eos,
-            position_conflict=hp.position_conflict,
-        )
+        self.settings = self.module.subgraph_settings()
         self.collate = GLMCollate(hp.position_mode, position_conflict=hp.position_conflict)
 
     def entity_scores(self, questions: Sequence[Question], index: KGIndex) -> np.ndarray:

@@ -16,7 +16,7 @@ from glmrag.models.subgraph_data import SubgraphDataModule
 from glmrag.nn.glm_retriever import GLMInputs
 
 T5_TINY = {"d_model": 32, "d_ff": 64, "num_layers": 2, "num_heads": 4, "d_kv": 8, "dropout_rate": 0.0}
-SUBGRAPHS = {"max_triplets": 60, "tokenizer": DEFAULT_MODEL}
+MAX_TRIPLETS = 60
 
 pytestmark = pytest.mark.usefixtures("glmrag_cache")
 
@@ -30,7 +30,8 @@ def make_dm(index_config, cache_dir, **overrides) -> SubgraphDataModule:
         "num_workers": 0,  # the default (from the cores) would start worker processes in every test
         "embed_model": DEFAULT_MODEL,
         "cache_dir": str(cache_dir),
-        **SUBGRAPHS,
+        "tokenizer": DEFAULT_MODEL,
+        "subgraph": {"max_triplets": MAX_TRIPLETS},
     }
     return SubgraphDataModule(**(args | overrides))
 
@@ -38,7 +39,7 @@ def make_dm(index_config, cache_dir, **overrides) -> SubgraphDataModule:
 def make_model(**overrides) -> GLMRetrieverModule:
     torch.manual_seed(0)
     args = {"t5_config": T5_TINY, "optimizer": partial(torch.optim.AdamW), "head_lr": 3e-3, "backbone_lr": 3e-3}
-    return GLMRetrieverModule(**(args | SUBGRAPHS | overrides))
+    return GLMRetrieverModule(**(args | {"max_triplets": MAX_TRIPLETS, "tokenizer": DEFAULT_MODEL} | overrides))
 
 
 @pytest.fixture(scope="module")
@@ -126,9 +127,9 @@ def test_a_checkpoint_from_before_the_reference_rules_keeps_the_rules_it_was_tra
 
 
 def test_datamodule_with_other_subgraphs_is_refused(index_config, cpu_trainer, cache, tmp_path):
-    dm = make_dm(index_config, cache, max_triplets=30)
+    dm = make_dm(index_config, cache, subgraph={"max_triplets": 30})
     trainer = cpu_trainer(max_epochs=1, default_root_dir=tmp_path)
-    with pytest.raises(ValueError, match=r"max_triplets=30 but the model 60.*datamodule.max_triplets"):
+    with pytest.raises(ValueError, match=r"max_triplets=30 but the model 60.*datamodule.subgraph.max_triplets"):
         trainer.validate(make_model(), datamodule=dm, verbose=False)
 
 

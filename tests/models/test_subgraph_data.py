@@ -180,7 +180,7 @@ def test_batch_sampler_hands_the_epoch_over():
 # --- the DataModule on musique100 ---------------------------------------------------------------------
 
 
-def make_dm(index_config, cache_dir, **overrides) -> SubgraphDataModule:
+def make_dm(index_config, cache_dir, subgraph=None, **overrides) -> SubgraphDataModule:
     args = {
         "datasets": ["musique100"],
         "index": index_config(embed_model=None),  # no entity embeddings: the index builds in seconds
@@ -189,7 +189,7 @@ def make_dm(index_config, cache_dir, **overrides) -> SubgraphDataModule:
         "seed": 1,
         "embed_model": DEFAULT_MODEL,
         "tokenizer": DEFAULT_MODEL,
-        "max_triplets": 50,
+        "subgraph": {"max_triplets": 50, **(subgraph or {})},
         "shard_size": 4,
         "num_workers": 0,
         "cache_dir": str(cache_dir),
@@ -364,14 +364,20 @@ def test_config_builds_the_datamodule_with_the_models_subgraph_settings(index_co
     dm = hydra.utils.instantiate(cfg.datamodule)
     assert isinstance(dm, SubgraphDataModule)
     hp = dm.hparams
-    assert (hp.embed_model, hp.tokenizer, hp.layout, hp.use_text, hp.position_mode) == (
+    assert (
+        hp.embed_model,
+        hp.tokenizer,
+        hp.subgraph["layout"],
+        hp.subgraph["use_text"],
+        hp.subgraph["position_mode"],
+    ) == (
         DEFAULT_MODEL,
         DEFAULT_MODEL,
         "linear",
         False,
         "path",
     )
-    assert (hp.batch_size, hp.max_hops, hp.max_triplets, hp.seed, hp.limit, hp.datasets) == (
+    assert (hp.batch_size, hp.subgraph["max_hops"], hp.subgraph["max_triplets"], hp.seed, hp.limit, hp.datasets) == (
         2,
         2,
         600,
@@ -381,21 +387,24 @@ def test_config_builds_the_datamodule_with_the_models_subgraph_settings(index_co
     )
     assert dm.settings == SubgraphSettings(2, 600, "linear", False, "path", 4, False, "nearest")
     assert dm.cache_dir.name == "glm_subgraphs"
-    assert hp.num_workers is None and dm.num_workers >= 1 and not hp.precompute_positions
+    assert hp.num_workers is None and dm.num_workers >= 1 and not hp.subgraph["precompute"]
+    assert hp.subgraph == dm.settings.as_dict()  # every field, plain
 
 
 def test_constructor_rejects_bad_values(index_config):
     with pytest.raises(ValueError, match="layout"):
-        SubgraphDataModule(["musique100"], index_config(), layout="tree")
+        SubgraphDataModule(["musique100"], index_config(), subgraph={"layout": "tree"})
+    with pytest.raises(TypeError, match=r"datamodule.subgraph has unknown key\(s\) \['max_triplet'\]"):
+        SubgraphDataModule(["musique100"], index_config(), subgraph={"max_triplet": 5})
     with pytest.raises(ValueError, match="distinct"):
         SubgraphDataModule(["toy", "toy"], index_config())
 
 
 def test_precomputed_positions_stream_the_same_batches(dm, index_config):
-    stored = make_dm(index_config, dm.cache_dir, precompute_positions=True, position_mode="path")
+    stored = make_dm(index_config, dm.cache_dir, subgraph={"precompute": True, "position_mode": "path"})
     stored.prepare_data()
     stored.setup("fit")
-    computed = make_dm(index_config, dm.cache_dir, position_mode="path")
+    computed = make_dm(index_config, dm.cache_dir, subgraph={"position_mode": "path"})
     computed.setup("fit")
     (meta,) = stored.splits["val_split"]
     assert (

@@ -121,7 +121,12 @@ def test_kgqa_training_records_are_the_drawn_questions(index_config, train_quest
 
 
 def test_subgraph_training_shards_hold_the_drawn_questions(index_config, tmp_path):
-    kwargs = {"index": index_config(embed_model=None), "limit": 8, "max_triplets": 20, "cache_dir": str(tmp_path)}
+    kwargs = {
+        "index": index_config(embed_model=None),
+        "limit": 8,
+        "subgraph": {"max_triplets": 20},
+        "cache_dir": str(tmp_path),
+    }
     kwargs |= {"tokenizer": DEFAULT_MODEL, "embed_model": DEFAULT_MODEL, "seed": 5}
     full = SubgraphDataModule(["musique100"], **kwargs)
     half = SubgraphDataModule(["musique100"], train_fraction=0.5, **kwargs)
