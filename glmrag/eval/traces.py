@@ -115,6 +115,7 @@ def summary_lines(result: EvalResult) -> list[str]:
         lines += [
             "",
             "Index cost: LLM work done once per corpus in this process (descriptions, addressing-head "
-            "selection; zero when read from a cache), apart from the per-question cost above.",
+            "selection; zero when read from a cache, whose cost when it ran is in the head_selection summary), apart "
+            "from the per-question cost above.",
         ]
     return lines

@@ -2,29 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Sequence
-
-import numpy as np
 import pytest
 import torch
+from stand_ins import HashEncoder
 
 from glmrag.nn.graph_inputs import GraphInputs, graph_inputs
-
-
-class HashEncoder:
-    """Unit vectors seeded by a hash of each text: same text, same vector; no model to load."""
-
-    def __init__(self, dim: int = 16) -> None:
-        self.dim = dim
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        rows = []
-        for text in texts:
-            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
-            v = np.random.default_rng(seed).standard_normal(self.dim)
-            rows.append(v / np.linalg.norm(v))
-        return np.asarray(rows, dtype=np.float32).reshape(-1, self.dim)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from hyper_world import CORPUS, world_index
+from stand_ins import HashEncoder
 from transformers import AutoTokenizer
 
 from glmrag.data.types import Question
@@ -120,9 +121,7 @@ def config_trace(key, reader, tmp_path, monkeypatch, scripted_llm=None):
 
 
 def _hash_encoder():
-    from conftest import HashEncoder
-
-    return HashEncoder()
+    return HashEncoder(8)
 
 
 CHANGES = {

@@ -97,6 +97,22 @@ def test_head_selection_is_index_cost(llm, index, hash_encoder, tokens_read, tmp
     assert heads.calls == used and llm.usage.by_question(HEADS_TAG).keys() == {None}  # outside any question
     assert all(retriever.llm_cost()[q.id].calls == 1 for q in QUESTIONS)  # not charged to the first question
     assert llm.usage.by_method()["hyperaddress"].calls == 2
+    summary = retriever.trace_summary()["head_selection"]
+    assert summary["selection_calls"] == used and summary["selection_prompt_tokens"] == heads.prompt_tokens > 0
+    assert summary["from_cache"] is False
+    # a second run reads the cached heads: no index cost in this process, but the summary keeps what they cost
+    again = HyperAddressRetriever(
+        encoder=hash_encoder,
+        steering=Steering(reader, rounds=1, read_top=2, num_heads=2, probes=6, probe_passages=3, cache_dir=tmp_path),
+    )
+    calls_before = llm.usage.by_method()[HEADS_TAG].calls
+    again.retrieve(QUESTIONS, index, CORPUS, top_k=3)
+    assert len(scored) == 2 and llm.usage.by_method()[HEADS_TAG].calls == calls_before
+    cached = again.trace_summary()["head_selection"]
+    assert cached["from_cache"] is True and cached["selection_calls"] == used
+    assert {k: v for k, v in cached.items() if k != "from_cache"} == {
+        k: v for k, v in summary.items() if k != "from_cache"
+    }
 
 
 def test_walk_only_and_bare_readers_cost_zeros(index, hash_encoder, parts, tokens_read):

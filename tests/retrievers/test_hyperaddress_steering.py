@@ -1,6 +1,5 @@
 """Steering of the HyperAddress walk by a reader: a tiny random Llama reading with the offline MiniLM tokenizer."""
 
-import json
 import re
 
 import numpy as np
@@ -12,6 +11,7 @@ from transformers import AutoTokenizer
 from glmrag.data.types import Question
 from glmrag.graph.hypergraph import Hypergraph
 from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
+from glmrag.io import read_cache_json
 from glmrag.retrievers.hyperaddress import HyperAddressRetriever, addressing_heads
 from glmrag.retrievers.hyperaddress.addressing_heads import make_probes, select_heads
 from glmrag.retrievers.hyperaddress.reader_pointers import Reader, build_context, entity_pointer, pointer_scores
@@ -99,12 +99,21 @@ def test_head_selection_on_probes_is_cached(reader, index, tmp_path, monkeypatch
     assert all(0 <= lay < 2 and 0 <= h < 4 for lay, h in selection.heads)
     assert selection.hit_rate == sorted(selection.hit_rate, reverse=True)
     (stored,) = tmp_path.glob("addressing-heads-*.json")
-    assert json.loads(stored.read_text())["reader"] == "tiny-llama-test"
+    assert read_cache_json(stored)["reader"] == "tiny-llama-test"
+    assert not selection.from_cache
+    original = addressing_heads.score_heads
     monkeypatch.setattr(addressing_heads, "score_heads", lambda *a: pytest.fail("heads should come from the cache"))
     again = select_heads(
         reader, graph, lambda p: CORPUS[p], num_heads=3, probes=6, context_passages=3, cache_dir=tmp_path
     )
-    assert again == selection
+    assert again == selection and again.from_cache
+    # a damaged cache file is redone, never read
+    stored.write_bytes(stored.read_bytes().replace(b"tiny-llama-test", b"tiny-llama-TEST"))
+    monkeypatch.setattr(addressing_heads, "score_heads", original)
+    redone = select_heads(
+        reader, graph, lambda p: CORPUS[p], num_heads=3, probes=6, context_passages=3, cache_dir=tmp_path
+    )
+    assert redone == selection and not redone.from_cache
 
 
 def test_one_round_restart_and_transitions(reader, index, hash_encoder):

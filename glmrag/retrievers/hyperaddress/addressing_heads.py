@@ -26,13 +26,16 @@ zero, would otherwise "hit" every probe). The probes are split in two halves
 first and their hit rate is reported on the second, **held out**, as §3's
 "59.0% of held-out probes" is (:attr:`HeadSelection.held_out_hit_rate`).
 
-The selection is stored as ``addressing-heads-<hash>.json`` in ``cache_dir``,
-keyed by the reader's name and the selection settings (not the corpus: the
-paper selects once per reader and keeps the heads across benchmarks, App. A).
+The selection is stored as ``addressing-heads-<hash>.json`` in ``cache_dir``
+(checksummed, :func:`glmrag.io.write_cache_json`), keyed by the reader's name
+and the selection settings (not the corpus: the paper selects once per reader
+and keeps the heads across benchmarks, App. A), together with the LLM usage of
+the passes that made it, so a run that reads it still reports what it cost.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -44,7 +47,8 @@ import numpy as np
 
 from glmrag.data.types import Passage
 from glmrag.graph.hypergraph import Hypergraph, mention_spans
-from glmrag.io import atomic_write_text
+from glmrag.io import load_cached_json, write_cache_json
+from glmrag.llm.base import Usage
 from glmrag.retrievers.hyperaddress.reader_pointers import Reader, build_context, pointer_scores
 
 log = logging.getLogger(__name__)
@@ -68,6 +72,15 @@ class HeadSelection:
     """Fraction of held-out probes on which each selected head ranks the target first (§3's figure)."""
     held_out_probes: int
     """Held-out probes scored."""
+    cost: dict[str, float] | None = None
+    """LLM usage of the selection passes when they ran (:data:`COST_FIELDS`); None without an LLM behind the
+    reader."""
+    from_cache: bool = dataclasses.field(default=False, compare=False)
+    """Read from the cache in this process (so none of :attr:`cost` was spent here)."""
+
+
+COST_FIELDS = ("calls", "prompt_tokens", "generated_tokens", "seconds")
+"""The :class:`~glmrag.llm.base.Usage` fields kept in :attr:`HeadSelection.cost`."""
 
 
 def _mask(text: str, name: str) -> str | None:
@@ -155,10 +168,11 @@ def select_heads(
     }
     key = hashlib.sha256(json.dumps(settings | {"seed": seed}, sort_keys=True).encode()).hexdigest()[:16]
     path = Path(cache_dir) / f"addressing-heads-{key}.json" if cache_dir is not None else None
-    if path is not None and path.exists():
-        stored = json.loads(path.read_text())
+    stored = load_cached_json(path, "addressing-head selection") if path is not None else None
+    if stored is not None:
         stored["heads"] = [tuple(h) for h in stored["heads"]]
-        return HeadSelection(**stored)
+        return HeadSelection(**stored, from_cache=True)
+    before = _usage(reader)
     made = make_probes(graph, passage, probes, context_passages, seed)
     if not made:
         raise ValueError(
@@ -176,6 +190,7 @@ def select_heads(
         used,
         [float(held_hits[h] / max(held_used, 1)) for h in order],
         held_used,
+        _cost(reader, before),
     )
     log.info(
         "addressing heads of %s on %d probes: %s; held-out hit rate %s on %d probes",
@@ -187,8 +202,21 @@ def select_heads(
     )
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(asdict(selection), indent=1))
+        write_cache_json(path, {k: v for k, v in asdict(selection).items() if k != "from_cache"})
     return selection
+
+
+def _usage(reader: Reader) -> Usage | None:
+    """Everything the reader's LLM has counted so far; None without an LLM."""
+    return reader.llm.usage.total() if reader.llm is not None else None
+
+
+def _cost(reader: Reader, before: Usage | None) -> dict[str, float] | None:
+    """:data:`COST_FIELDS` of what the reader's LLM counted since ``before`` (one thread: only this selection)."""
+    if before is None:
+        return None
+    spent = _usage(reader).since(before)
+    return {name: getattr(spent, name) for name in COST_FIELDS}
 
 
 def random_heads(reader: Reader, num_heads: int = NUM_HEADS, seed: int = 0) -> list[tuple[int, int]]:

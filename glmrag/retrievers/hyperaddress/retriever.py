@@ -401,6 +401,8 @@ class HyperAddressRetriever:
                 "held_out_probes": selection.held_out_probes,
                 "mean_hit_rate": float(np.mean(selection.hit_rate)),
                 "mean_held_out_hit_rate": float(np.mean(selection.held_out_hit_rate)),
+                "from_cache": selection.from_cache,
+                **{f"selection_{name}": value for name, value in (selection.cost or {}).items()},
             }
         return summary
 
@@ -409,7 +411,8 @@ class HyperAddressRetriever:
 
         ``hyperaddress_descriptions``: the LLM descriptions (:mod:`glmrag.retrievers.hyperaddress.llm_descriptions`;
         zero for sentence descriptions or when every passage came from the description cache);
-        ``hyperaddress_heads``: the addressing-head selection passes (zero when heads are fixed or cached).
+        ``hyperaddress_heads``: the addressing-head selection passes (zero when heads are fixed or cached; a
+        cached selection's own cost is in :meth:`trace_summary`, ``head_selection``).
         """
         reader_llm = self.steering.reader.llm if self.steering is not None else None
         sources = {DESCRIPTIONS_TAG: getattr(self.describer, "llm", None), HEADS_TAG: reader_llm}
