@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import shortest_path
+from scipy.sparse.csgraph import connected_components, shortest_path
 
 SAME_TRIPLE = 0
 """Kind of a pair inside one node or one triple: read ``relative_position``."""
@@ -48,6 +48,8 @@ POSITION_CONFLICTS = ("last", "nearest")
 """How a token pair positioned by several triples is decided (module docstring); ``last`` = the GLM reference."""
 ROLE_PAIRS = ((0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1))
 """(query role, key role) of a triple (0 head, 1 relation, 2 tail), in the tie order of ``nearest``."""
+NO_PATH = -(2**29)
+"""Node distance standing for "no path" in int32 tables: negative, and stays so after adding token lengths."""
 
 
 def graph_positions(
@@ -81,7 +83,7 @@ def graph_positions(
     starts = np.concatenate([[0], np.cumsum(lengths)])  # (N + 1,)
     if mode == "path":
         _path_positions(layout.triple_nodes, lengths, starts, relative_position, kind)
-        writes = [_within_node_cells(lengths, starts)]
+        writes = []  # within-node pairs are the path positions of d(u, u) = 0
     else:
         kind[:n_graph, :n_graph] = GRAPH_GLOBAL
         if conflict == "last" and _relations_private(layout.triple_nodes, len(lengths)):
@@ -236,39 +238,143 @@ def _triple_cells(triple_nodes, lengths, starts, conflict) -> tuple[np.ndarray, 
 def _path_positions(triple_nodes, lengths, starts, relative_position, kind) -> None:
     """Fill the graph block with sentence positions along the shortest directed Levi-graph path, either way.
 
-    Node distances come from one Dijkstra over the ``N``-node Levi graph. For tokens ``i`` of ``u`` and
-    ``k`` of ``v`` (offsets in their nodes), forward ``d(u, v) + k - i`` and backward ``k - i - d(v, u)``.
-    Most joined node pairs are joined one way only and take that way: one dense pass. Pairs joined both
-    ways (a cycle) are few and decided per token pair afterwards: as ``d(u, v) >= l_u > i - k`` and
-    ``d(v, u) >= l_v > k - i``, forward is positive and backward negative, so forward is the nearer
-    exactly when ``2 (k - i) < d(v, u) - d(u, v)``; ties go forward for a query before its key in the
-    layout and backward otherwise, so both directions of a pair are decided alike (antisymmetric).
+    For tokens ``i`` of node ``u`` and ``k`` of node ``v`` (offsets in their nodes), forward
+    ``d(u, v) + k - i`` and backward ``k - i - d(v, u)``, with ``d`` the node distances of
+    :func:`_node_distances`. Most joined node pairs are joined one way only and take that way. Pairs joined
+    both ways (a cycle) are few and decided per token pair afterwards (:func:`_cycle_positions`).
+
+    The rows of a node differ only by its offset: row ``i`` is ``c_u - i * joined_u`` for the node's
+    column row ``c_u = (d + k) * joined_u`` (``(N, L_g)``), so a node's first row is copied and each
+    further row is the one before less ``joined_u``: every output cell is written once, row by row.
+
+    Shapes: **triple_nodes** ``(S, 3)``; **lengths** ``(N,)``; **starts** ``(N + 1,)``;
+    **relative_position**, **kind** ``(L, L)`` with ``L >= L_g = starts[-1]`` (the graph block is filled).
     """
     n_node, n_graph = len(lengths), int(starts[-1])
-    # Edge u -> v weighs l_u: the distance from u's first token to v's first token along the path.
-    edges = np.concatenate([triple_nodes[:, :2], triple_nodes[:, 1:]])  # (2S, 2)
-    src, dst = np.unique(edges, axis=0).T if len(edges) else (edges[:, 0], edges[:, 1])  # (E,) each, no repeats
-    adjacency = csr_matrix((lengths[src].astype(np.float64), (src, dst)), shape=(n_node, n_node))
-    dist = shortest_path(adjacency, method="D", directed=True)  # (N, N), inf where unreachable
-    ahead, behind = np.isfinite(dist), np.isfinite(dist.T)  # (N, N) each
-    reached = np.where(ahead, dist, 0).astype(np.int32)  # (N, N) d(u, v), 0 if unreachable
-    one_way = np.where(ahead, reached, -reached.T)  # (N, N) d(u, v), else -d(v, u), else 0
+    dist, place = _node_distances(triple_nodes, lengths)  # (N, N) in the order ``place``, < 0 where no path
+    reach = np.maximum(dist, 0, out=dist)  # (N, N) d(u, v), 0 where no path (d(u, u) = 0 too)
+    # Distinct nodes are >= 1 token apart, so a pair joined one way only reads d(u, v) or -d(v, u) here;
+    # joined both ways (cycles) the difference means nothing and is overwritten per token pair below.
+    one_way = np.subtract(reach[place], reach.T[place])  # (N, N) rows in layout order, columns in ``place`` order
+    joined = one_way != 0  # (N, N)
+    joined[np.arange(n_node), place] = True  # d(u, u) = 0
+    u, v = _cycle_pairs(triple_nodes, n_node)  # (P,) layout ids of node pairs joined both ways
+    joined[u, place[v]] = True
     nodes = np.repeat(np.arange(n_node), lengths)  # (L_g,)
-    offset = (np.arange(n_graph) - starts[nodes]).astype(np.int32)  # (L_g,)
-    by_column = one_way[:, nodes] + offset[None, :]  # (N, L_g): d + k
-    # Rows repeated whole (tokens of a node are contiguous) into contiguous work arrays, then copied once
-    # into the graph block (a strided view when question tokens follow).
-    position = np.repeat(by_column, lengths, axis=0)  # (L_g, L_g) d + k
-    position -= offset[:, None]  # d + k - i
-    apart = np.repeat((~(ahead | behind)).astype(np.int8)[:, nodes], lengths, axis=0)  # (L_g, L_g) joined neither way
-    np.copyto(position, 0, where=apart.view(bool))  # such pairs have no position ...
-    kind[:n_graph, :n_graph] = apart  # ... and kind GRAPH_GLOBAL (1); joined pairs SAME_TRIPLE (0)
-    graph = relative_position[:n_graph, :n_graph]
-    graph[...] = position
+    offset = (np.arange(n_graph) - starts[nodes]).astype(np.int32)  # (L_g,) k
+    column = place[nodes]  # (L_g,)
+    together = np.take(joined.view(np.int8), column, axis=1)  # (N, L_g) 1 where joined
+    by_column = np.take(one_way, column, axis=1)  # (N, L_g) d
+    by_column += offset
+    by_column *= together  # d + k where joined, else 0
+    apart = np.subtract(1, together, dtype=np.int8)  # (N, L_g) kind: GRAPH_GLOBAL (1) apart, SAME_TRIPLE (0) joined
+    graph, graph_kind = relative_position[:n_graph, :n_graph], kind[:n_graph, :n_graph]
+    first = starts[:-1]
+    graph[first] = by_column
+    graph_kind[first] = apart
+    for node in np.flatnonzero(lengths > 1).tolist():
+        step = together[node]
+        for row in range(starts[node] + 1, starts[node + 1]):
+            np.subtract(graph[row - 1], step, out=graph[row])
+        graph_kind[starts[node] + 1 : starts[node + 1]] = apart[node]
+    forward, backward = reach[place[u], place[v]], reach[place[v], place[u]]
+    _cycle_positions(u, v, forward, backward, lengths, starts, graph)
 
-    u, v = np.nonzero(ahead & behind & (np.arange(n_node)[:, None] != np.arange(n_node)))  # (P,) cycle pairs
+
+def _node_distances(triple_nodes, lengths) -> tuple[np.ndarray, np.ndarray]:
+    """``d(u, v)``: the token length of the shortest directed Levi-graph path from node ``u`` to ``v``.
+
+    An edge ``u -> v`` weighs ``l_u`` (from ``u``'s first token to ``v``'s). With private relation nodes
+    (every layout of :mod:`glmrag.graph.levi`) a relation node ``r`` of triple ``(h, r, t)`` has the one
+    in-edge from ``h`` and the one out-edge to ``t``, so one Dijkstra over the entity nodes (edge
+    ``h -> t`` of weight ``l_h + l_r``, the lightest of parallel triples) gives every distance:
+    ``d(r, v) = l_r + d(t, v)``, ``d(u, r) = d(u, h) + l_h``, ``d(r, r) = 0``. The table is then kept
+    entities first (``place``: row and column of each layout node). Otherwise one Dijkstra over all ``N``
+    Levi nodes (:func:`_levi_distances`), in layout order.
+
+    Shapes: **triple_nodes** ``(S, 3)``; **lengths** ``(N,)`` -> ``(N, N)`` int32 (negative where ``v`` is
+    not reachable from ``u``) and **place** ``(N,)``.
+    """
+    n_node = len(lengths)
+    if not _relations_private(triple_nodes, n_node):
+        return _levi_distances(triple_nodes, lengths), np.arange(n_node)
+    head, relation, tail = triple_nodes.T  # (S,) each
+    is_entity = np.ones(n_node, dtype=bool)
+    is_entity[relation] = False
+    n_entity = n_node - len(relation)
+    place = np.cumsum(is_entity) - 1  # (N,) entity index of each entity node ...
+    place[relation] = n_entity + np.arange(len(relation))  # ... and relations after the entities, by triple
+    h, t = place[head], place[tail]  # (S,) entity indices
+    dist = np.empty((n_node, n_node), dtype=np.int32)
+    between = dist[:n_entity, :n_entity]
+    between[...] = _dijkstra(h, t, lengths[head] + lengths[relation], n_entity)  # (E, E)
+    np.add(between[t], lengths[relation, None].astype(np.int32), out=dist[n_entity:, :n_entity])  # l_r + d(t, .)
+    to_head = np.take(dist[:, :n_entity], h, axis=1)  # (N, S) d(., h)
+    np.add(to_head, lengths[head].astype(np.int32), out=dist[:, n_entity:])  # d(., r) = d(., h) + l_h
+    diagonal = np.arange(n_entity, n_node)
+    dist[diagonal, diagonal] = 0
+    return dist, place
+
+
+def _levi_distances(triple_nodes, lengths) -> np.ndarray:
+    """:func:`_node_distances` by one Dijkstra over all ``N`` Levi nodes (edges head -> relation -> tail).
+
+    Shapes: **triple_nodes** ``(S, 3)``; **lengths** ``(N,)`` -> ``(N, N)`` int32.
+    """
+    edges = np.concatenate([triple_nodes[:, :2], triple_nodes[:, 1:]])  # (2S, 2)
+    return _dijkstra(edges[:, 0], edges[:, 1], lengths[edges[:, 0]], len(lengths))
+
+
+def _dijkstra(src, dst, weight, n_node: int) -> np.ndarray:
+    """All-pairs shortest path lengths over edges ``src -> dst`` (the lightest of parallel edges counts).
+
+    Shapes: **src**, **dst**, **weight** ``(E,)`` -> ``(n_node, n_node)`` int32, :data:`NO_PATH` where
+    unreachable.
+    """
+    keep = src != dst  # a self-loop never shortens a path
+    src, dst, weight = src[keep], dst[keep], weight[keep]
+    order = np.lexsort((weight, dst, src))  # the lightest first within each (src, dst)
+    src, dst, weight = src[order], dst[order], weight[order]
+    first = np.ones(len(src), dtype=bool)
+    first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+    adjacency = csr_matrix((weight[first].astype(np.float64), (src[first], dst[first])), shape=(n_node, n_node))
+    dist = shortest_path(adjacency, method="D", directed=True)  # (n, n), inf where unreachable
+    dist[np.isinf(dist)] = NO_PATH
+    return dist.astype(np.int32)
+
+
+def _cycle_pairs(triple_nodes, n_node: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ordered pairs ``(u, v)``, ``u != v``, of nodes joined both ways: those of one strongly connected
+    component of the Levi graph.
+
+    Shapes: **triple_nodes** ``(S, 3)`` -> two ``(P,)`` arrays.
+    """
+    edges = np.concatenate([triple_nodes[:, :2], triple_nodes[:, 1:]])  # (2S, 2)
+    adjacency = csr_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(n_node, n_node))
+    _, component = connected_components(adjacency, directed=True, connection="strong")  # (N,)
+    size = np.bincount(component)  # (C,)
+    grouped = np.argsort(component, kind="stable")  # (N,) nodes, component by component
+    member_size = size[component[grouped]]  # (N,)
+    group_start = np.searchsorted(component[grouped], component[grouped])  # (N,) first place of each one's component
+    member, _, other = _blocks(np.ones(n_node, dtype=np.int64), member_size)
+    u, v = grouped[member], grouped[group_start[member] + other]
+    return u[u != v], v[u != v]
+
+
+def _cycle_positions(u, v, forward, backward, lengths, starts, graph) -> None:
+    """Write the token pairs of the node pairs ``(u, v)`` joined both ways into ``graph``.
+
+    As ``d(u, v) >= l_u > i - k`` and ``d(v, u) >= l_v > k - i``, forward is positive and backward
+    negative, so forward is the nearer exactly when ``2 (k - i) < d(v, u) - d(u, v)``; ties go forward for
+    a query before its key in the layout and backward otherwise, so both directions of a pair are decided
+    alike (antisymmetric).
+
+    Shapes: **u**, **v**, **forward** ``d(u, v)``, **backward** ``d(v, u)``: ``(P,)``; **graph** ``(L_g, L_g)``.
+    """
+    if not len(u):
+        return
     pair, i, k = _blocks(lengths[u], lengths[v])  # their token pairs
     row, col = starts[u][pair] + i, starts[v][pair] + k
-    forward, backward = dist[u, v][pair], dist[v, u][pair]
+    forward, backward = forward[pair], backward[pair]
     take_forward = 2 * (k - i) - (col > row) < backward - forward  # ties forward for the query first
-    graph[row, col] = (k - i) + np.where(take_forward, forward, -backward).astype(np.int32)
+    _scatter(graph, row, col, ((k - i) + np.where(take_forward, forward, -backward)).astype(np.int32))
