@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components, shortest_path
+from scipy.sparse.csgraph import connected_components, dijkstra
 
 SAME_TRIPLE = 0
 """Kind of a pair inside one node or one triple: read ``relative_position``."""
@@ -48,6 +48,9 @@ POSITION_CONFLICTS = ("last", "nearest")
 """How a token pair positioned by several triples is decided (module docstring); ``last`` = the GLM reference."""
 ROLE_PAIRS = ((0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1))
 """(query role, key role) of a triple (0 head, 1 relation, 2 tail), in the tie order of ``nearest``."""
+ROW_BLOCK = 64
+"""Table rows (nodes) expanded at a time in path mode: ``(ROW_BLOCK, L_g)`` scratch tables instead of ``(N, L_g)``
+ones; chosen by ``benchmarks/bench_path_positions.py --row-blocks`` (benchmarks/RESULTS.md, path-mode section)."""
 NO_PATH = -(2**29)
 """Node distance standing for "no path" in int32 tables: negative, and stays so after adding token lengths."""
 
@@ -243,61 +246,78 @@ def _path_positions(triple_nodes, lengths, starts, relative_position, kind) -> N
     :func:`_node_distances`. Most joined node pairs are joined one way only and take that way. Pairs joined
     both ways (a cycle) are few and decided per token pair afterwards (:func:`_cycle_positions`).
 
-    The rows of a node differ only by its offset: row ``i`` is ``c_u - i * joined_u`` for the node's
-    column row ``c_u = (d + k) * joined_u`` (``(N, L_g)``), so a node's first row is copied and each
-    further row is the one before less ``joined_u``: every output cell is written once, row by row.
+    Distinct nodes are at least a token apart, so ``d(u, v) - d(v, u)`` (0 where there is no path) is the
+    node pair's position where it is joined one way, and 0 exactly where it is joined neither way (or is one
+    node). Its column table ``c_u = d + k`` (``(N, L_g)``, 0 where apart) gives the node's rows: row ``i``
+    is ``c_u - i`` where joined. Table rows go in blocks that stay in cache.
 
     Shapes: **triple_nodes** ``(S, 3)``; **lengths** ``(N,)``; **starts** ``(N + 1,)``;
     **relative_position**, **kind** ``(L, L)`` with ``L >= L_g = starts[-1]`` (the graph block is filled).
     """
     n_node, n_graph = len(lengths), int(starts[-1])
-    dist, place = _node_distances(triple_nodes, lengths)  # (N, N) in the order ``place``, < 0 where no path
-    reach = np.maximum(dist, 0, out=dist)  # (N, N) d(u, v), 0 where no path (d(u, u) = 0 too)
-    # Distinct nodes are >= 1 token apart, so a pair joined one way only reads d(u, v) or -d(v, u) here;
-    # joined both ways (cycles) the difference means nothing and is overwritten per token pair below.
-    one_way = np.subtract(reach[place], reach.T[place])  # (N, N) rows in layout order, columns in ``place`` order
-    joined = one_way != 0  # (N, N)
-    joined[np.arange(n_node), place] = True  # d(u, u) = 0
-    u, v = _cycle_pairs(triple_nodes, n_node)  # (P,) layout ids of node pairs joined both ways
-    joined[u, place[v]] = True
+    if not n_node:
+        return
+    ahead, behind, place = _node_distances(triple_nodes, lengths)  # (N, N) d(u, v), d(v, u); < 0: no path
+    np.maximum(ahead, 0, out=ahead)
+    one_way = np.maximum(behind, 0, out=behind)
+    np.subtract(ahead, one_way, out=one_way)  # (N, N) d(u, v) - d(v, u), rows and columns in ``place`` order
     nodes = np.repeat(np.arange(n_node), lengths)  # (L_g,)
     offset = (np.arange(n_graph) - starts[nodes]).astype(np.int32)  # (L_g,) k
-    column = place[nodes]  # (L_g,)
-    together = np.take(joined.view(np.int8), column, axis=1)  # (N, L_g) 1 where joined
-    by_column = np.take(one_way, column, axis=1)  # (N, L_g) d
-    by_column += offset
-    by_column *= together  # d + k where joined, else 0
-    apart = np.subtract(1, together, dtype=np.int8)  # (N, L_g) kind: GRAPH_GLOBAL (1) apart, SAME_TRIPLE (0) joined
+    column = place[nodes]  # (L_g,) table column of each token's node
+    own = np.argsort(column, kind="stable")  # (L_g,) tokens by table row of their node (one node's cells)
+    own_bounds = np.searchsorted(column[own], np.arange(n_node + 1))  # (N + 1,)
+    by_place = np.argsort(place)  # (N,) layout node of each table row
+    first = starts[by_place]  # (N,) its first row in the output
     graph, graph_kind = relative_position[:n_graph, :n_graph], kind[:n_graph, :n_graph]
-    first = starts[:-1]
-    graph[first] = by_column
-    graph_kind[first] = apart
-    for node in np.flatnonzero(lengths > 1).tolist():
-        step = together[node]
-        for row in range(starts[node] + 1, starts[node + 1]):
-            np.subtract(graph[row - 1], step, out=graph[row])
-        graph_kind[starts[node] + 1 : starts[node + 1]] = apart[node]
-    forward, backward = reach[place[u], place[v]], reach[place[v], place[u]]
-    _cycle_positions(u, v, forward, backward, lengths, starts, graph)
+    block = min(ROW_BLOCK, n_node)
+    by_column = np.empty((block, n_graph), dtype=np.int32)
+    together = np.empty((block, n_graph), dtype=bool)
+    apart = np.empty((block, n_graph), dtype=bool)
+    for lo in range(0, n_node, block):
+        hi = min(lo + block, n_node)
+        m = hi - lo
+        values = np.take(one_way[lo:hi], column, axis=1, out=by_column[:m], mode="clip")  # (m, L_g) d
+        np.not_equal(values, 0, out=together[:m])
+        mine = own[own_bounds[lo] : own_bounds[hi]]  # tokens of these nodes: a node is joined to itself
+        together[column[mine] - lo, mine] = True
+        np.logical_not(together[:m], out=apart[:m])  # kind: GRAPH_GLOBAL (1) apart, SAME_TRIPLE (0) joined
+        values += offset
+        values *= together[:m]  # d + k where joined, else 0
+        rows, size = first[lo:hi], lengths[by_place[lo:hi]]  # (m,) each
+        graph[rows] = values
+        graph_kind[rows] = apart[:m].view(np.int8)
+        longer = np.flatnonzero(size > 1)  # block rows of nodes with a further token
+        current, down = values[longer], together[longer]  # (m', L_g) each
+        for step in range(1, int(size.max())):
+            keep = size[longer] > step
+            if not keep.all():
+                longer, current, down = longer[keep], current[keep], down[keep]
+            current -= down  # row i + 1 of a node is row i less 1 where joined
+            graph[rows[longer] + step] = current
+            graph_kind[rows[longer] + step] = apart[longer].view(np.int8)
+    u, v = _cycle_pairs(triple_nodes, n_node)  # (P,) layout ids of node pairs joined both ways
+    forward, backward = ahead[place[u], place[v]], ahead[place[v], place[u]]
+    _cycle_positions(u, v, forward, backward, lengths, starts, graph, graph_kind)
 
 
-def _node_distances(triple_nodes, lengths) -> tuple[np.ndarray, np.ndarray]:
-    """``d(u, v)``: the token length of the shortest directed Levi-graph path from node ``u`` to ``v``.
+def _node_distances(triple_nodes, lengths) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``d(u, v)`` and ``d(v, u)``, token lengths of the shortest directed Levi-graph paths between nodes.
 
     An edge ``u -> v`` weighs ``l_u`` (from ``u``'s first token to ``v``'s). With private relation nodes
     (every layout of :mod:`glmrag.graph.levi`) a relation node ``r`` of triple ``(h, r, t)`` has the one
     in-edge from ``h`` and the one out-edge to ``t``, so one Dijkstra over the entity nodes (edge
     ``h -> t`` of weight ``l_h + l_r``, the lightest of parallel triples) gives every distance:
-    ``d(r, v) = l_r + d(t, v)``, ``d(u, r) = d(u, h) + l_h``, ``d(r, r) = 0``. The table is then kept
+    ``d(r, v) = l_r + d(t, v)``, ``d(u, r) = d(u, h) + l_h``, ``d(r, r) = 0``. The tables are then kept
     entities first (``place``: row and column of each layout node). Otherwise one Dijkstra over all ``N``
     Levi nodes (:func:`_levi_distances`), in layout order.
 
-    Shapes: **triple_nodes** ``(S, 3)``; **lengths** ``(N,)`` -> ``(N, N)`` int32 (negative where ``v`` is
-    not reachable from ``u``) and **place** ``(N,)``.
+    Shapes: **triple_nodes** ``(S, 3)``; **lengths** ``(N,)`` -> ``(N, N)`` int32 ``d(u, v)`` and
+    ``(N, N)`` int32 ``d(v, u)`` (negative where there is no path), **place** ``(N,)``.
     """
     n_node = len(lengths)
     if not _relations_private(triple_nodes, n_node):
-        return _levi_distances(triple_nodes, lengths), np.arange(n_node)
+        dist = _levi_distances(triple_nodes, lengths)
+        return dist, np.ascontiguousarray(dist.T), np.arange(n_node)
     head, relation, tail = triple_nodes.T  # (S,) each
     is_entity = np.ones(n_node, dtype=bool)
     is_entity[relation] = False
@@ -305,15 +325,28 @@ def _node_distances(triple_nodes, lengths) -> tuple[np.ndarray, np.ndarray]:
     place = np.cumsum(is_entity) - 1  # (N,) entity index of each entity node ...
     place[relation] = n_entity + np.arange(len(relation))  # ... and relations after the entities, by triple
     h, t = place[head], place[tail]  # (S,) entity indices
-    dist = np.empty((n_node, n_node), dtype=np.int32)
-    between = dist[:n_entity, :n_entity]
-    between[...] = _dijkstra(h, t, lengths[head] + lengths[relation], n_entity)  # (E, E)
-    np.add(between[t], lengths[relation, None].astype(np.int32), out=dist[n_entity:, :n_entity])  # l_r + d(t, .)
-    to_head = np.take(dist[:, :n_entity], h, axis=1)  # (N, S) d(., h)
-    np.add(to_head, lengths[head].astype(np.int32), out=dist[:, n_entity:])  # d(., r) = d(., h) + l_h
+    l_h, l_r = lengths[head].astype(np.int32), lengths[relation].astype(np.int32)
+    between = _dijkstra(h, t, l_h + l_r, n_entity)  # (E, E)
+    # d(r, .) = l_r + d(t, .) and d(., r) = d(., h) + l_h; read the other way round for d(v, u).
+    ahead = _with_relations(between, t, l_r, h, l_h)
+    behind = _with_relations(np.ascontiguousarray(between.T), h, l_h, t, l_r)
+    return ahead, behind, place
+
+
+def _with_relations(between, row_via, row_add, col_via, col_add) -> np.ndarray:
+    """The ``(N, N)`` table of entity table ``between`` with relation rows ``between[row_via] + row_add`` and
+    relation columns ``table[:, col_via] + col_add`` (after the entities), 0 from a relation to itself.
+
+    Shapes: **between** ``(E, E)``; **row_via**, **row_add**, **col_via**, **col_add** ``(S,)`` -> ``(E + S, E + S)``.
+    """
+    n_entity, n_node = len(between), len(between) + len(row_via)
+    table = np.empty((n_node, n_node), dtype=np.int32)
+    table[:n_entity, :n_entity] = between
+    np.add(between[row_via], row_add[:, None], out=table[n_entity:, :n_entity])
+    np.add(np.take(table[:, :n_entity], col_via, axis=1), col_add, out=table[:, n_entity:])
     diagonal = np.arange(n_entity, n_node)
-    dist[diagonal, diagonal] = 0
-    return dist, place
+    table[diagonal, diagonal] = 0
+    return table
 
 
 def _levi_distances(triple_nodes, lengths) -> np.ndarray:
@@ -328,19 +361,40 @@ def _levi_distances(triple_nodes, lengths) -> np.ndarray:
 def _dijkstra(src, dst, weight, n_node: int) -> np.ndarray:
     """All-pairs shortest path lengths over edges ``src -> dst`` (the lightest of parallel edges counts).
 
+    In a subgraph most entities are only heads or only tails. Dijkstra runs from the nodes with edges both
+    in and out; a node with only out-edges leaves through one of them, to a node whose distances are then
+    known, so its row is the least over its edges of ``weight + that row``; a node without out-edges
+    reaches only itself.
+
     Shapes: **src**, **dst**, **weight** ``(E,)`` -> ``(n_node, n_node)`` int32, :data:`NO_PATH` where
     unreachable.
     """
     keep = src != dst  # a self-loop never shortens a path
-    src, dst, weight = src[keep], dst[keep], weight[keep]
-    order = np.lexsort((weight, dst, src))  # the lightest first within each (src, dst)
+    src, dst, weight = src[keep], dst[keep], weight[keep].astype(np.float64)
+    order = np.lexsort((weight, dst, src))  # by source; the lightest first within each (src, dst)
     src, dst, weight = src[order], dst[order], weight[order]
     first = np.ones(len(src), dtype=bool)
     first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
-    adjacency = csr_matrix((weight[first].astype(np.float64), (src[first], dst[first])), shape=(n_node, n_node))
-    dist = shortest_path(adjacency, method="D", directed=True)  # (n, n), inf where unreachable
-    dist[np.isinf(dist)] = NO_PATH
-    return dist.astype(np.int32)
+    src, dst, weight = src[first], dst[first], weight[first]
+    has_out = np.bincount(src, minlength=n_node) > 0
+    has_in = np.bincount(dst, minlength=n_node) > 0
+    far = -NO_PATH  # "no path" while taking minima; sums of it and token lengths stay far
+    dist = np.full((n_node, n_node), far, dtype=np.int32)
+    dist[np.arange(n_node), np.arange(n_node)] = 0
+    interior = np.flatnonzero(has_out & has_in)
+    if len(interior):
+        adjacency = csr_matrix((weight, (src, dst)), shape=(n_node, n_node))
+        found = dijkstra(adjacency, directed=True, indices=interior)  # (K, n), inf where unreachable
+        found[np.isinf(found)] = far
+        dist[interior] = found
+    leaving = ~has_in[src]  # (M,) the edges of nodes with out-edges only, grouped by node
+    if leaving.any():
+        lead, group = np.unique(src[leaving], return_index=True)
+        via = dist[dst[leaving]] + weight[leaving, None].astype(np.int32)  # (M', n): through each edge
+        dist[lead] = np.minimum.reduceat(via, group, axis=0)
+        dist[lead, lead] = 0
+    dist[dist >= far] = NO_PATH
+    return dist
 
 
 def _cycle_pairs(triple_nodes, n_node: int) -> tuple[np.ndarray, np.ndarray]:
@@ -361,7 +415,7 @@ def _cycle_pairs(triple_nodes, n_node: int) -> tuple[np.ndarray, np.ndarray]:
     return u[u != v], v[u != v]
 
 
-def _cycle_positions(u, v, forward, backward, lengths, starts, graph) -> None:
+def _cycle_positions(u, v, forward, backward, lengths, starts, graph, kind) -> None:
     """Write the token pairs of the node pairs ``(u, v)`` joined both ways into ``graph``.
 
     As ``d(u, v) >= l_u > i - k`` and ``d(v, u) >= l_v > k - i``, forward is positive and backward
@@ -378,3 +432,4 @@ def _cycle_positions(u, v, forward, backward, lengths, starts, graph) -> None:
     forward, backward = forward[pair], backward[pair]
     take_forward = 2 * (k - i) - (col > row) < backward - forward  # ties forward for the query first
     _scatter(graph, row, col, ((k - i) + np.where(take_forward, forward, -backward)).astype(np.int32))
+    _scatter(kind, row, col, SAME_TRIPLE)
