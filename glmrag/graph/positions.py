@@ -51,6 +51,9 @@ ROLE_PAIRS = ((0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1))
 ROW_BLOCK = 64
 """Table rows (nodes) expanded at a time in path mode: ``(ROW_BLOCK, L_g)`` scratch tables instead of ``(N, L_g)``
 ones; chosen by ``benchmarks/bench_path_positions.py --row-blocks`` (benchmarks/RESULTS.md, path-mode section)."""
+TRANSPOSE_STRIPE = 16
+"""Rows of ``d(u, v) - d(v, u)`` computed at a time (a 1,150-node table: 2.0 vs 3.2 ms all at once, min of 20 runs
+of an ad-hoc script on random int32 tables)."""
 NO_PATH = -(2**29)
 """Node distance standing for "no path" in int32 tables: negative, and stays so after adding token lengths."""
 
@@ -257,67 +260,71 @@ def _path_positions(triple_nodes, lengths, starts, relative_position, kind) -> N
     n_node, n_graph = len(lengths), int(starts[-1])
     if not n_node:
         return
-    ahead, behind, place = _node_distances(triple_nodes, lengths)  # (N, N) d(u, v), d(v, u); < 0: no path
+    ahead, place = _node_distances(triple_nodes, lengths)  # (N, N) d(u, v), < 0 where there is no path
     np.maximum(ahead, 0, out=ahead)
-    one_way = np.maximum(behind, 0, out=behind)
-    np.subtract(ahead, one_way, out=one_way)  # (N, N) d(u, v) - d(v, u), rows and columns in ``place`` order
+    one_way = np.empty_like(ahead)  # (N, N) d(u, v) - d(v, u), rows and columns in ``place`` order
+    for lo in range(0, n_node, TRANSPOSE_STRIPE):  # stripes of the transpose stay in cache
+        hi = lo + TRANSPOSE_STRIPE
+        np.subtract(ahead[lo:hi], ahead[:, lo:hi].T, out=one_way[lo:hi])
     nodes = np.repeat(np.arange(n_node), lengths)  # (L_g,)
     offset = (np.arange(n_graph) - starts[nodes]).astype(np.int32)  # (L_g,) k
     column = place[nodes]  # (L_g,) table column of each token's node
-    own = np.argsort(column, kind="stable")  # (L_g,) tokens by table row of their node (one node's cells)
-    own_bounds = np.searchsorted(column[own], np.arange(n_node + 1))  # (N + 1,)
     by_place = np.argsort(place)  # (N,) layout node of each table row
-    first = starts[by_place]  # (N,) its first row in the output
+    # Table rows longest node first, so the nodes with a token at offset ``step`` lead every block.
+    sequence = np.argsort(-lengths[by_place], kind="stable")  # (N,) table rows in the order expanded
+    first, size = starts[by_place[sequence]], lengths[by_place[sequence]]  # (N,) first output row, tokens
+    rank = np.empty(n_node, dtype=np.int64)
+    rank[sequence] = np.arange(n_node)
+    token_rank = rank[column]  # (L_g,) where each token's node comes in ``sequence``
+    own = np.argsort(token_rank, kind="stable")  # (L_g,) tokens, node by node in ``sequence``
+    own_bounds = np.searchsorted(token_rank[own], np.arange(n_node + 1))  # (N + 1,)
     graph, graph_kind = relative_position[:n_graph, :n_graph], kind[:n_graph, :n_graph]
     block = min(ROW_BLOCK, n_node)
+    node_rows = np.empty((block, n_node), dtype=np.int32)
     by_column = np.empty((block, n_graph), dtype=np.int32)
     together = np.empty((block, n_graph), dtype=bool)
     apart = np.empty((block, n_graph), dtype=bool)
     for lo in range(0, n_node, block):
         hi = min(lo + block, n_node)
         m = hi - lo
-        values = np.take(one_way[lo:hi], column, axis=1, out=by_column[:m], mode="clip")  # (m, L_g) d
+        np.take(one_way, sequence[lo:hi], axis=0, out=node_rows[:m], mode="clip")  # (m, N)
+        values = np.take(node_rows[:m], column, axis=1, out=by_column[:m], mode="clip")  # (m, L_g) d
         np.not_equal(values, 0, out=together[:m])
         mine = own[own_bounds[lo] : own_bounds[hi]]  # tokens of these nodes: a node is joined to itself
-        together[column[mine] - lo, mine] = True
+        together[token_rank[mine] - lo, mine] = True
         np.logical_not(together[:m], out=apart[:m])  # kind: GRAPH_GLOBAL (1) apart, SAME_TRIPLE (0) joined
         values += offset
-        values *= together[:m]  # d + k where joined, else 0
-        rows, size = first[lo:hi], lengths[by_place[lo:hi]]  # (m,) each
+        values *= together[:m]  # d + k where joined, else 0: the node's first row
+        rows = first[lo:hi]
         graph[rows] = values
         graph_kind[rows] = apart[:m].view(np.int8)
-        longer = np.flatnonzero(size > 1)  # block rows of nodes with a further token
-        current, down = values[longer], together[longer]  # (m', L_g) each
-        for step in range(1, int(size.max())):
-            keep = size[longer] > step
-            if not keep.all():
-                longer, current, down = longer[keep], current[keep], down[keep]
-            current -= down  # row i + 1 of a node is row i less 1 where joined
-            graph[rows[longer] + step] = current
-            graph_kind[rows[longer] + step] = apart[longer].view(np.int8)
+        for step in range(1, int(size[lo])):
+            n = int(np.count_nonzero(size[lo:hi] > step))  # a prefix: the block is longest first
+            values[:n] -= together[:n]  # the next row of a node is this one less 1 where joined
+            graph[rows[:n] + step] = values[:n]
+            graph_kind[rows[:n] + step] = apart[:n].view(np.int8)
     u, v = _cycle_pairs(triple_nodes, n_node)  # (P,) layout ids of node pairs joined both ways
     forward, backward = ahead[place[u], place[v]], ahead[place[v], place[u]]
     _cycle_positions(u, v, forward, backward, lengths, starts, graph, graph_kind)
 
 
-def _node_distances(triple_nodes, lengths) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``d(u, v)`` and ``d(v, u)``, token lengths of the shortest directed Levi-graph paths between nodes.
+def _node_distances(triple_nodes, lengths) -> tuple[np.ndarray, np.ndarray]:
+    """``d(u, v)``: the token length of the shortest directed Levi-graph path from node ``u`` to ``v``.
 
     An edge ``u -> v`` weighs ``l_u`` (from ``u``'s first token to ``v``'s). With private relation nodes
     (every layout of :mod:`glmrag.graph.levi`) a relation node ``r`` of triple ``(h, r, t)`` has the one
     in-edge from ``h`` and the one out-edge to ``t``, so one Dijkstra over the entity nodes (edge
     ``h -> t`` of weight ``l_h + l_r``, the lightest of parallel triples) gives every distance:
-    ``d(r, v) = l_r + d(t, v)``, ``d(u, r) = d(u, h) + l_h``, ``d(r, r) = 0``. The tables are then kept
+    ``d(r, v) = l_r + d(t, v)``, ``d(u, r) = d(u, h) + l_h``, ``d(r, r) = 0``. The table is then kept
     entities first (``place``: row and column of each layout node). Otherwise one Dijkstra over all ``N``
     Levi nodes (:func:`_levi_distances`), in layout order.
 
-    Shapes: **triple_nodes** ``(S, 3)``; **lengths** ``(N,)`` -> ``(N, N)`` int32 ``d(u, v)`` and
-    ``(N, N)`` int32 ``d(v, u)`` (negative where there is no path), **place** ``(N,)``.
+    Shapes: **triple_nodes** ``(S, 3)``; **lengths** ``(N,)`` -> ``(N, N)`` int32 (negative where there is
+    no path) and **place** ``(N,)``.
     """
     n_node = len(lengths)
     if not _relations_private(triple_nodes, n_node):
-        dist = _levi_distances(triple_nodes, lengths)
-        return dist, np.ascontiguousarray(dist.T), np.arange(n_node)
+        return _levi_distances(triple_nodes, lengths), np.arange(n_node)
     head, relation, tail = triple_nodes.T  # (S,) each
     is_entity = np.ones(n_node, dtype=bool)
     is_entity[relation] = False
@@ -327,26 +334,13 @@ def _node_distances(triple_nodes, lengths) -> tuple[np.ndarray, np.ndarray, np.n
     h, t = place[head], place[tail]  # (S,) entity indices
     l_h, l_r = lengths[head].astype(np.int32), lengths[relation].astype(np.int32)
     between = _dijkstra(h, t, l_h + l_r, n_entity)  # (E, E)
-    # d(r, .) = l_r + d(t, .) and d(., r) = d(., h) + l_h; read the other way round for d(v, u).
-    ahead = _with_relations(between, t, l_r, h, l_h)
-    behind = _with_relations(np.ascontiguousarray(between.T), h, l_h, t, l_r)
-    return ahead, behind, place
-
-
-def _with_relations(between, row_via, row_add, col_via, col_add) -> np.ndarray:
-    """The ``(N, N)`` table of entity table ``between`` with relation rows ``between[row_via] + row_add`` and
-    relation columns ``table[:, col_via] + col_add`` (after the entities), 0 from a relation to itself.
-
-    Shapes: **between** ``(E, E)``; **row_via**, **row_add**, **col_via**, **col_add** ``(S,)`` -> ``(E + S, E + S)``.
-    """
-    n_entity, n_node = len(between), len(between) + len(row_via)
-    table = np.empty((n_node, n_node), dtype=np.int32)
-    table[:n_entity, :n_entity] = between
-    np.add(between[row_via], row_add[:, None], out=table[n_entity:, :n_entity])
-    np.add(np.take(table[:, :n_entity], col_via, axis=1), col_add, out=table[:, n_entity:])
+    dist = np.empty((n_node, n_node), dtype=np.int32)
+    dist[:n_entity, :n_entity] = between
+    np.add(np.take(between, h, axis=1), l_h, out=dist[:n_entity, n_entity:])  # d(e, r) = d(e, h) + l_h
+    np.add(dist[t], l_r[:, None], out=dist[n_entity:])  # d(r, .) = l_r + d(t, .)
     diagonal = np.arange(n_entity, n_node)
-    table[diagonal, diagonal] = 0
-    return table
+    dist[diagonal, diagonal] = 0
+    return dist, place
 
 
 def _levi_distances(triple_nodes, lengths) -> np.ndarray:
