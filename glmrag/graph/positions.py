@@ -260,7 +260,7 @@ def _path_positions(triple_nodes, lengths, starts, relative_position, kind) -> N
     n_node, n_graph = len(lengths), int(starts[-1])
     if not n_node:
         return
-    ahead, place = _node_distances(triple_nodes, lengths)  # (N, N) d(u, v), < 0 where there is no path
+    ahead, place, bounds = _node_distances(triple_nodes, lengths)  # (N, N) d(u, v), < 0 where there is no path
     np.maximum(ahead, 0, out=ahead)
     one_way = np.empty_like(ahead)  # (N, N) d(u, v) - d(v, u), rows and columns in ``place`` order
     for lo in range(0, n_node, TRANSPOSE_STRIPE):  # stripes of the transpose stay in cache
@@ -270,29 +270,26 @@ def _path_positions(triple_nodes, lengths, starts, relative_position, kind) -> N
     offset = (np.arange(n_graph) - starts[nodes]).astype(np.int32)  # (L_g,) k
     column = place[nodes]  # (L_g,) table column of each token's node
     by_place = np.argsort(place)  # (N,) layout node of each table row
-    # Table rows longest node first, so the nodes with a token at offset ``step`` lead every block.
-    sequence = np.argsort(-lengths[by_place], kind="stable")  # (N,) table rows in the order expanded
-    first, size = starts[by_place[sequence]], lengths[by_place[sequence]]  # (N,) first output row, tokens
-    rank = np.empty(n_node, dtype=np.int64)
-    rank[sequence] = np.arange(n_node)
-    token_rank = rank[column]  # (L_g,) where each token's node comes in ``sequence``
-    own = np.argsort(token_rank, kind="stable")  # (L_g,) tokens, node by node in ``sequence``
-    own_bounds = np.searchsorted(token_rank[own], np.arange(n_node + 1))  # (N + 1,)
+    first, size = starts[by_place], lengths[by_place]  # (N,) its first output row and tokens
+    own = np.argsort(column, kind="stable")  # (L_g,) tokens, node by node in table order
+    own_bounds = np.searchsorted(column[own], np.arange(n_node + 1))  # (N + 1,)
     graph, graph_kind = relative_position[:n_graph, :n_graph], kind[:n_graph, :n_graph]
     block = min(ROW_BLOCK, n_node)
-    node_rows = np.empty((block, n_node), dtype=np.int32)
     by_column = np.empty((block, n_graph), dtype=np.int32)
-    together = np.empty((block, n_graph), dtype=bool)
+    together = np.empty((block, n_graph), dtype=np.int32)  # 1 where joined (int32: no casts below)
     apart = np.empty((block, n_graph), dtype=bool)
-    for lo in range(0, n_node, block):
-        hi = min(lo + block, n_node)
+    # Blocks within runs of table rows sorted longest node first (``bounds``), so the nodes with a token at
+    # offset ``step`` lead every block.
+    starts_of_blocks = [lo for a, b in zip(bounds[:-1], bounds[1:], strict=True) for lo in range(a, b, block)]
+    for lo, hi in zip(starts_of_blocks, [*starts_of_blocks[1:], n_node], strict=True):
+        hi = min(hi, lo + block)
         m = hi - lo
-        np.take(one_way, sequence[lo:hi], axis=0, out=node_rows[:m], mode="clip")  # (m, N)
-        values = np.take(node_rows[:m], column, axis=1, out=by_column[:m], mode="clip")  # (m, L_g) d
-        np.not_equal(values, 0, out=together[:m])
+        values = np.take(one_way[lo:hi], column, axis=1, out=by_column[:m], mode="clip")  # (m, L_g) d
+        np.not_equal(values, 0, out=together[:m], casting="unsafe")
+        np.equal(values, 0, out=apart[:m])  # kind: GRAPH_GLOBAL (1) apart, SAME_TRIPLE (0) joined
         mine = own[own_bounds[lo] : own_bounds[hi]]  # tokens of these nodes: a node is joined to itself
-        together[token_rank[mine] - lo, mine] = True
-        np.logical_not(together[:m], out=apart[:m])  # kind: GRAPH_GLOBAL (1) apart, SAME_TRIPLE (0) joined
+        together[column[mine] - lo, mine] = 1
+        apart[column[mine] - lo, mine] = False
         values += offset
         values *= together[:m]  # d + k where joined, else 0: the node's first row
         rows = first[lo:hi]
@@ -308,39 +305,49 @@ def _path_positions(triple_nodes, lengths, starts, relative_position, kind) -> N
     _cycle_positions(u, v, forward, backward, lengths, starts, graph, graph_kind)
 
 
-def _node_distances(triple_nodes, lengths) -> tuple[np.ndarray, np.ndarray]:
+def _node_distances(triple_nodes, lengths) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """``d(u, v)``: the token length of the shortest directed Levi-graph path from node ``u`` to ``v``.
 
     An edge ``u -> v`` weighs ``l_u`` (from ``u``'s first token to ``v``'s). With private relation nodes
     (every layout of :mod:`glmrag.graph.levi`) a relation node ``r`` of triple ``(h, r, t)`` has the one
     in-edge from ``h`` and the one out-edge to ``t``, so one Dijkstra over the entity nodes (edge
     ``h -> t`` of weight ``l_h + l_r``, the lightest of parallel triples) gives every distance:
-    ``d(r, v) = l_r + d(t, v)``, ``d(u, r) = d(u, h) + l_h``, ``d(r, r) = 0``. The table is then kept
-    entities first (``place``: row and column of each layout node). Otherwise one Dijkstra over all ``N``
-    Levi nodes (:func:`_levi_distances`), in layout order.
+    ``d(r, v) = l_r + d(t, v)``, ``d(u, r) = d(u, h) + l_h``, ``d(r, r) = 0``: the table holds the entities
+    first, then the relations. Otherwise one Dijkstra over all ``N`` Levi nodes (:func:`_levi_distances`).
+    Within each run of table rows ``bounds[i] : bounds[i + 1]`` nodes come longest first; ``place`` is the
+    table row (and column) of each layout node.
 
     Shapes: **triple_nodes** ``(S, 3)``; **lengths** ``(N,)`` -> ``(N, N)`` int32 (negative where there is
-    no path) and **place** ``(N,)``.
+    no path), **place** ``(N,)`` and **bounds** (run boundaries, 0 first, ``N`` last).
     """
     n_node = len(lengths)
     if not _relations_private(triple_nodes, n_node):
-        return _levi_distances(triple_nodes, lengths), np.arange(n_node)
+        order = np.argsort(-lengths, kind="stable")  # (N,) layout node of each table row
+        place = np.empty(n_node, dtype=np.int64)
+        place[order] = np.arange(n_node)
+        return _levi_distances(triple_nodes, lengths)[np.ix_(order, order)], place, [0, n_node]
     head, relation, tail = triple_nodes.T  # (S,) each
     is_entity = np.ones(n_node, dtype=bool)
     is_entity[relation] = False
-    n_entity = n_node - len(relation)
-    place = np.cumsum(is_entity) - 1  # (N,) entity index of each entity node ...
-    place[relation] = n_entity + np.arange(len(relation))  # ... and relations after the entities, by triple
-    h, t = place[head], place[tail]  # (S,) entity indices
+    entity = np.flatnonzero(is_entity)
+    entity = entity[np.argsort(-lengths[entity], kind="stable")]  # (E,) longest first
+    by_length = np.argsort(-lengths[relation], kind="stable")  # (S,) triples, longest relation first
+    n_entity = len(entity)
+    place = np.empty(n_node, dtype=np.int64)
+    place[entity] = np.arange(n_entity)
+    place[relation[by_length]] = n_entity + np.arange(len(relation))
+    weight = lengths[head] + lengths[relation]  # (S,) h -> t through r
+    between = _dijkstra(place[head], place[tail], weight.astype(np.int32), n_entity)  # (E, E)
+    head, relation, tail = head[by_length], relation[by_length], tail[by_length]  # in table order
+    h, t = place[head], place[tail]  # (S,) entity rows
     l_h, l_r = lengths[head].astype(np.int32), lengths[relation].astype(np.int32)
-    between = _dijkstra(h, t, l_h + l_r, n_entity)  # (E, E)
     dist = np.empty((n_node, n_node), dtype=np.int32)
     dist[:n_entity, :n_entity] = between
     np.add(np.take(between, h, axis=1), l_h, out=dist[:n_entity, n_entity:])  # d(e, r) = d(e, h) + l_h
     np.add(dist[t], l_r[:, None], out=dist[n_entity:])  # d(r, .) = l_r + d(t, .)
     diagonal = np.arange(n_entity, n_node)
     dist[diagonal, diagonal] = 0
-    return dist, place
+    return dist, place, [0, n_entity, n_node]
 
 
 def _levi_distances(triple_nodes, lengths) -> np.ndarray:

@@ -119,7 +119,7 @@ def test_entity_distances_equal_the_levi_graph_search(seed, monkeypatch):
     layout = random_layout(rng, question=bool(seed % 2), max_entities=40, max_triples=80)
     lengths = node_lengths(layout)
     assert positions._relations_private(layout.triple_nodes, layout.num_nodes)
-    ahead, place = positions._node_distances(layout.triple_nodes, lengths)
+    ahead, place, _ = positions._node_distances(layout.triple_nodes, lengths)
     levi = positions._levi_distances(layout.triple_nodes, lengths)  # (N, N) in layout order
     np.testing.assert_array_equal(np.maximum(ahead[np.ix_(place, place)], -1), np.maximum(levi, -1))
 
