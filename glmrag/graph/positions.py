@@ -52,8 +52,7 @@ ROW_BLOCK = 64
 """Table rows (nodes) expanded at a time in path mode: ``(ROW_BLOCK, L_g)`` scratch tables instead of ``(N, L_g)``
 ones; chosen by ``benchmarks/bench_path_positions.py --row-blocks`` (benchmarks/RESULTS.md, path-mode section)."""
 TRANSPOSE_STRIPE = 16
-"""Rows of ``d(u, v) - d(v, u)`` computed at a time (a 1,150-node table: 2.0 vs 3.2 ms all at once, min of 20 runs
-of an ad-hoc script on random int32 tables)."""
+"""Rows of ``d(u, v) - d(v, u)`` computed at a time, so the transposed reads stay in cache."""
 NO_PATH = -(2**29)
 """Node distance standing for "no path" in int32 tables: negative, and stays so after adding token lengths."""
 
