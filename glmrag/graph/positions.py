@@ -388,11 +388,17 @@ def _dijkstra(src, dst, weight, n_node: int) -> np.ndarray:
         found[np.isinf(found)] = far
         dist[interior] = found
     leaving = ~has_in[src]  # (M,) the edges of nodes with out-edges only, grouped by node
-    if leaving.any():
-        lead, group = np.unique(src[leaving], return_index=True)
-        via = dist[dst[leaving]] + weight[leaving, None].astype(np.int32)  # (M', n): through each edge
-        dist[lead] = np.minimum.reduceat(via, group, axis=0)
+    onward = leaving & has_out[dst]  # ... to a node with distances of its own: through its row
+    if onward.any():
+        src_on, dst_on, weight_on = src[onward], dst[onward], weight[onward, None].astype(np.int32)
+        lead, group = np.unique(src_on, return_index=True)  # most leave through one such edge: take it ...
+        dist[lead] = dist[dst_on[group]] + weight_on[group]
+        rest = np.ones(len(src_on), dtype=bool)
+        rest[group] = False  # ... then the least with the others
+        np.minimum.at(dist, src_on[rest], dist[dst_on[rest]] + weight_on[rest])
         dist[lead, lead] = 0
+    end = leaving & ~has_out[dst]  # ... to a node without out-edges: that node only (pairs are distinct)
+    dist[src[end], dst[end]] = np.minimum(dist[src[end], dst[end]], weight[end].astype(np.int32))
     dist[dist >= far] = NO_PATH
     return dist
 
