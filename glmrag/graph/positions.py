@@ -249,9 +249,11 @@ def _path_positions(triple_nodes, lengths, starts, relative_position, kind) -> N
     both ways (a cycle) are few and decided per token pair afterwards (:func:`_cycle_positions`).
 
     Distinct nodes are at least a token apart, so ``d(u, v) - d(v, u)`` (0 where there is no path) is the
-    node pair's position where it is joined one way, and 0 exactly where it is joined neither way (or is one
-    node). Its column table ``c_u = d + k`` (``(N, L_g)``, 0 where apart) gives the node's rows: row ``i``
-    is ``c_u - i`` where joined. Table rows go in blocks that stay in cache.
+    node pair's position where it is joined one way only, and 0 where it is joined neither way or is one
+    node (joined both ways it means nothing: those cells, kinds included, are rewritten per token pair). Its
+    column table ``c_u = d + k`` (``(N, L_g)``, 0 where apart) gives the node's rows: row ``i`` is
+    ``c_u - i`` where joined, each row the one before less 1 where joined. Table rows go in blocks that stay
+    in cache, longest node first within a block.
 
     Shapes: **triple_nodes** ``(S, 3)``; **lengths** ``(N,)``; **starts** ``(N + 1,)``;
     **relative_position**, **kind** ``(L, L)`` with ``L >= L_g = starts[-1]`` (the graph block is filled).
@@ -422,14 +424,16 @@ def _cycle_pairs(triple_nodes, n_node: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _cycle_positions(u, v, forward, backward, lengths, starts, graph, kind) -> None:
-    """Write the token pairs of the node pairs ``(u, v)`` joined both ways into ``graph``.
+    """Write the token pairs of the node pairs ``(u, v)`` joined both ways into ``graph`` (and ``kind``:
+    :data:`SAME_TRIPLE`).
 
     As ``d(u, v) >= l_u > i - k`` and ``d(v, u) >= l_v > k - i``, forward is positive and backward
     negative, so forward is the nearer exactly when ``2 (k - i) < d(v, u) - d(u, v)``; ties go forward for
     a query before its key in the layout and backward otherwise, so both directions of a pair are decided
     alike (antisymmetric).
 
-    Shapes: **u**, **v**, **forward** ``d(u, v)``, **backward** ``d(v, u)``: ``(P,)``; **graph** ``(L_g, L_g)``.
+    Shapes: **u**, **v**, **forward** ``d(u, v)``, **backward** ``d(v, u)``: ``(P,)``; **graph**, **kind**
+    ``(L_g, L_g)``.
     """
     if not len(u):
         return
