@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import shortest_path
+from scipy.sparse.csgraph import connected_components, dijkstra
 
 SAME_TRIPLE = 0
 """Kind of a pair inside one node or one triple: read ``relative_position``."""
@@ -48,6 +48,13 @@ POSITION_CONFLICTS = ("last", "nearest")
 """How a token pair positioned by several triples is decided (module docstring); ``last`` = the GLM reference."""
 ROLE_PAIRS = ((0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1))
 """(query role, key role) of a triple (0 head, 1 relation, 2 tail), in the tie order of ``nearest``."""
+ROW_BLOCK = 64
+"""Table rows (nodes) expanded at a time in path mode: ``(ROW_BLOCK, L_g)`` scratch tables instead of ``(N, L_g)``
+ones; chosen by ``benchmarks/bench_path_positions.py --row-blocks`` (benchmarks/RESULTS.md, path-mode section)."""
+TRANSPOSE_STRIPE = 16
+"""Rows of ``d(u, v) - d(v, u)`` computed at a time, so the transposed reads stay in cache."""
+NO_PATH = -(2**29)
+"""Node distance standing for "no path" in int32 tables: negative, and stays so after adding token lengths."""
 
 
 def graph_positions(
@@ -81,7 +88,7 @@ def graph_positions(
     starts = np.concatenate([[0], np.cumsum(lengths)])  # (N + 1,)
     if mode == "path":
         _path_positions(layout.triple_nodes, lengths, starts, relative_position, kind)
-        writes = [_within_node_cells(lengths, starts)]
+        writes = []  # within-node pairs are the path positions of d(u, u) = 0
     else:
         kind[:n_graph, :n_graph] = GRAPH_GLOBAL
         if conflict == "last" and _relations_private(layout.triple_nodes, len(lengths)):
@@ -236,39 +243,203 @@ def _triple_cells(triple_nodes, lengths, starts, conflict) -> tuple[np.ndarray, 
 def _path_positions(triple_nodes, lengths, starts, relative_position, kind) -> None:
     """Fill the graph block with sentence positions along the shortest directed Levi-graph path, either way.
 
-    Node distances come from one Dijkstra over the ``N``-node Levi graph. For tokens ``i`` of ``u`` and
-    ``k`` of ``v`` (offsets in their nodes), forward ``d(u, v) + k - i`` and backward ``k - i - d(v, u)``.
-    Most joined node pairs are joined one way only and take that way: one dense pass. Pairs joined both
-    ways (a cycle) are few and decided per token pair afterwards: as ``d(u, v) >= l_u > i - k`` and
-    ``d(v, u) >= l_v > k - i``, forward is positive and backward negative, so forward is the nearer
-    exactly when ``2 (k - i) < d(v, u) - d(u, v)``; ties go forward for a query before its key in the
-    layout and backward otherwise, so both directions of a pair are decided alike (antisymmetric).
+    For tokens ``i`` of node ``u`` and ``k`` of node ``v`` (offsets in their nodes), forward
+    ``d(u, v) + k - i`` and backward ``k - i - d(v, u)``, with ``d`` the node distances of
+    :func:`_node_distances`. Most joined node pairs are joined one way only and take that way. Pairs joined
+    both ways (a cycle) are few and decided per token pair afterwards (:func:`_cycle_positions`).
+
+    Distinct nodes are at least a token apart, so ``d(u, v) - d(v, u)`` (0 where there is no path) is the
+    node pair's position where it is joined one way only, and 0 where it is joined neither way or is one
+    node (joined both ways it means nothing: those cells, kinds included, are rewritten per token pair). Its
+    column table ``c_u = d + k`` (``(N, L_g)``, 0 where apart) gives the node's rows: row ``i`` is
+    ``c_u - i`` where joined, each row the one before less 1 where joined. Table rows go in blocks that stay
+    in cache, longest node first within a block.
+
+    Shapes: **triple_nodes** ``(S, 3)``; **lengths** ``(N,)``; **starts** ``(N + 1,)``;
+    **relative_position**, **kind** ``(L, L)`` with ``L >= L_g = starts[-1]`` (the graph block is filled).
     """
     n_node, n_graph = len(lengths), int(starts[-1])
-    # Edge u -> v weighs l_u: the distance from u's first token to v's first token along the path.
-    edges = np.concatenate([triple_nodes[:, :2], triple_nodes[:, 1:]])  # (2S, 2)
-    src, dst = np.unique(edges, axis=0).T if len(edges) else (edges[:, 0], edges[:, 1])  # (E,) each, no repeats
-    adjacency = csr_matrix((lengths[src].astype(np.float64), (src, dst)), shape=(n_node, n_node))
-    dist = shortest_path(adjacency, method="D", directed=True)  # (N, N), inf where unreachable
-    ahead, behind = np.isfinite(dist), np.isfinite(dist.T)  # (N, N) each
-    reached = np.where(ahead, dist, 0).astype(np.int32)  # (N, N) d(u, v), 0 if unreachable
-    one_way = np.where(ahead, reached, -reached.T)  # (N, N) d(u, v), else -d(v, u), else 0
+    if not n_node:
+        return
+    ahead, place, bounds = _node_distances(triple_nodes, lengths)  # (N, N) d(u, v), < 0 where there is no path
+    np.maximum(ahead, 0, out=ahead)
+    one_way = np.empty_like(ahead)  # (N, N) d(u, v) - d(v, u), rows and columns in ``place`` order
+    for lo in range(0, n_node, TRANSPOSE_STRIPE):  # stripes of the transpose stay in cache
+        hi = lo + TRANSPOSE_STRIPE
+        np.subtract(ahead[lo:hi], ahead[:, lo:hi].T, out=one_way[lo:hi])
     nodes = np.repeat(np.arange(n_node), lengths)  # (L_g,)
-    offset = (np.arange(n_graph) - starts[nodes]).astype(np.int32)  # (L_g,)
-    by_column = one_way[:, nodes] + offset[None, :]  # (N, L_g): d + k
-    # Rows repeated whole (tokens of a node are contiguous) into contiguous work arrays, then copied once
-    # into the graph block (a strided view when question tokens follow).
-    position = np.repeat(by_column, lengths, axis=0)  # (L_g, L_g) d + k
-    position -= offset[:, None]  # d + k - i
-    apart = np.repeat((~(ahead | behind)).astype(np.int8)[:, nodes], lengths, axis=0)  # (L_g, L_g) joined neither way
-    np.copyto(position, 0, where=apart.view(bool))  # such pairs have no position ...
-    kind[:n_graph, :n_graph] = apart  # ... and kind GRAPH_GLOBAL (1); joined pairs SAME_TRIPLE (0)
-    graph = relative_position[:n_graph, :n_graph]
-    graph[...] = position
+    offset = (np.arange(n_graph) - starts[nodes]).astype(np.int32)  # (L_g,) k
+    column = place[nodes]  # (L_g,) table column of each token's node
+    by_place = np.argsort(place)  # (N,) layout node of each table row
+    first, size = starts[by_place], lengths[by_place]  # (N,) its first output row and tokens
+    own = np.argsort(column, kind="stable")  # (L_g,) tokens, node by node in table order
+    own_bounds = np.searchsorted(column[own], np.arange(n_node + 1))  # (N + 1,)
+    graph, graph_kind = relative_position[:n_graph, :n_graph], kind[:n_graph, :n_graph]
+    block = min(ROW_BLOCK, n_node)
+    by_column = np.empty((block, n_graph), dtype=np.int32)
+    together = np.empty((block, n_graph), dtype=np.int32)  # 1 where joined (int32: no casts below)
+    apart = np.empty((block, n_graph), dtype=bool)
+    # Blocks within runs of table rows sorted longest node first (``bounds``), so the nodes with a token at
+    # offset ``step`` lead every block.
+    starts_of_blocks = [lo for a, b in zip(bounds[:-1], bounds[1:], strict=True) for lo in range(a, b, block)]
+    for lo, hi in zip(starts_of_blocks, [*starts_of_blocks[1:], n_node], strict=True):
+        hi = min(hi, lo + block)
+        m = hi - lo
+        values = np.take(one_way[lo:hi], column, axis=1, out=by_column[:m], mode="clip")  # (m, L_g) d
+        np.not_equal(values, 0, out=together[:m], casting="unsafe")
+        np.equal(values, 0, out=apart[:m])  # kind: GRAPH_GLOBAL (1) apart, SAME_TRIPLE (0) joined
+        mine = own[own_bounds[lo] : own_bounds[hi]]  # tokens of these nodes: a node is joined to itself
+        together[column[mine] - lo, mine] = 1
+        apart[column[mine] - lo, mine] = False
+        values += offset
+        values *= together[:m]  # d + k where joined, else 0: the node's first row
+        rows = first[lo:hi]
+        graph[rows] = values
+        graph_kind[rows] = apart[:m].view(np.int8)
+        for step in range(1, int(size[lo])):
+            n = int(np.count_nonzero(size[lo:hi] > step))  # a prefix: the block is longest first
+            values[:n] -= together[:n]  # the next row of a node is this one less 1 where joined
+            graph[rows[:n] + step] = values[:n]
+            graph_kind[rows[:n] + step] = apart[:n].view(np.int8)
+    u, v = _cycle_pairs(triple_nodes, n_node)  # (P,) layout ids of node pairs joined both ways
+    forward, backward = ahead[place[u], place[v]], ahead[place[v], place[u]]
+    _cycle_positions(u, v, forward, backward, lengths, starts, graph, graph_kind)
 
-    u, v = np.nonzero(ahead & behind & (np.arange(n_node)[:, None] != np.arange(n_node)))  # (P,) cycle pairs
+
+def _node_distances(triple_nodes, lengths) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """``d(u, v)``: the token length of the shortest directed Levi-graph path from node ``u`` to ``v``.
+
+    An edge ``u -> v`` weighs ``l_u`` (from ``u``'s first token to ``v``'s). With private relation nodes
+    (every layout of :mod:`glmrag.graph.levi`) a relation node ``r`` of triple ``(h, r, t)`` has the one
+    in-edge from ``h`` and the one out-edge to ``t``, so one Dijkstra over the entity nodes (edge
+    ``h -> t`` of weight ``l_h + l_r``, the lightest of parallel triples) gives every distance:
+    ``d(r, v) = l_r + d(t, v)``, ``d(u, r) = d(u, h) + l_h``, ``d(r, r) = 0``: the table holds the entities
+    first, then the relations. Otherwise one Dijkstra over all ``N`` Levi nodes (:func:`_levi_distances`).
+    Within each run of table rows ``bounds[i] : bounds[i + 1]`` nodes come longest first; ``place`` is the
+    table row (and column) of each layout node.
+
+    Shapes: **triple_nodes** ``(S, 3)``; **lengths** ``(N,)`` -> ``(N, N)`` int32 (negative where there is
+    no path), **place** ``(N,)`` and **bounds** (run boundaries, 0 first, ``N`` last).
+    """
+    n_node = len(lengths)
+    if not _relations_private(triple_nodes, n_node):
+        order = np.argsort(-lengths, kind="stable")  # (N,) layout node of each table row
+        place = np.empty(n_node, dtype=np.int64)
+        place[order] = np.arange(n_node)
+        return _levi_distances(triple_nodes, lengths)[np.ix_(order, order)], place, [0, n_node]
+    head, relation, tail = triple_nodes.T  # (S,) each
+    is_entity = np.ones(n_node, dtype=bool)
+    is_entity[relation] = False
+    entity = np.flatnonzero(is_entity)
+    entity = entity[np.argsort(-lengths[entity], kind="stable")]  # (E,) longest first
+    by_length = np.argsort(-lengths[relation], kind="stable")  # (S,) triples, longest relation first
+    n_entity = len(entity)
+    place = np.empty(n_node, dtype=np.int64)
+    place[entity] = np.arange(n_entity)
+    place[relation[by_length]] = n_entity + np.arange(len(relation))
+    weight = lengths[head] + lengths[relation]  # (S,) h -> t through r
+    between = _dijkstra(place[head], place[tail], weight.astype(np.int32), n_entity)  # (E, E)
+    head, relation, tail = head[by_length], relation[by_length], tail[by_length]  # in table order
+    h, t = place[head], place[tail]  # (S,) entity rows
+    l_h, l_r = lengths[head].astype(np.int32), lengths[relation].astype(np.int32)
+    dist = np.empty((n_node, n_node), dtype=np.int32)
+    dist[:n_entity, :n_entity] = between
+    np.add(np.take(between, h, axis=1), l_h, out=dist[:n_entity, n_entity:])  # d(e, r) = d(e, h) + l_h
+    np.add(dist[t], l_r[:, None], out=dist[n_entity:])  # d(r, .) = l_r + d(t, .)
+    diagonal = np.arange(n_entity, n_node)
+    dist[diagonal, diagonal] = 0
+    return dist, place, [0, n_entity, n_node]
+
+
+def _levi_distances(triple_nodes, lengths) -> np.ndarray:
+    """:func:`_node_distances` by one Dijkstra over all ``N`` Levi nodes (edges head -> relation -> tail).
+
+    Shapes: **triple_nodes** ``(S, 3)``; **lengths** ``(N,)`` -> ``(N, N)`` int32.
+    """
+    edges = np.concatenate([triple_nodes[:, :2], triple_nodes[:, 1:]])  # (2S, 2)
+    return _dijkstra(edges[:, 0], edges[:, 1], lengths[edges[:, 0]], len(lengths))
+
+
+def _dijkstra(src, dst, weight, n_node: int) -> np.ndarray:
+    """All-pairs shortest path lengths over edges ``src -> dst`` (the lightest of parallel edges counts).
+
+    In a subgraph most entities are only heads or only tails. Dijkstra runs from the nodes with edges both
+    in and out; a node with only out-edges leaves through one of them, to a node whose distances are then
+    known, so its row is the least over its edges of ``weight + that row``; a node without out-edges
+    reaches only itself.
+
+    Shapes: **src**, **dst**, **weight** ``(E,)`` -> ``(n_node, n_node)`` int32, :data:`NO_PATH` where
+    unreachable.
+    """
+    keep = src != dst  # a self-loop never shortens a path
+    src, dst, weight = src[keep], dst[keep], weight[keep].astype(np.float64)
+    order = np.lexsort((weight, dst, src))  # by source; the lightest first within each (src, dst)
+    src, dst, weight = src[order], dst[order], weight[order]
+    first = np.ones(len(src), dtype=bool)
+    first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+    src, dst, weight = src[first], dst[first], weight[first]
+    has_out = np.bincount(src, minlength=n_node) > 0
+    has_in = np.bincount(dst, minlength=n_node) > 0
+    far = -NO_PATH  # "no path" while taking minima; sums of it and token lengths stay far
+    dist = np.full((n_node, n_node), far, dtype=np.int32)
+    dist[np.arange(n_node), np.arange(n_node)] = 0
+    interior = np.flatnonzero(has_out & has_in)
+    if len(interior):
+        adjacency = csr_matrix((weight, (src, dst)), shape=(n_node, n_node))
+        found = dijkstra(adjacency, directed=True, indices=interior)  # (K, n), inf where unreachable
+        found[np.isinf(found)] = far
+        dist[interior] = found
+    leaving = ~has_in[src]  # (M,) the edges of nodes with out-edges only, grouped by node
+    onward = leaving & has_out[dst]  # ... to a node with distances of its own: through its row
+    if onward.any():
+        src_on, dst_on, weight_on = src[onward], dst[onward], weight[onward, None].astype(np.int32)
+        lead, group = np.unique(src_on, return_index=True)  # most leave through one such edge: take it ...
+        dist[lead] = dist[dst_on[group]] + weight_on[group]
+        rest = np.ones(len(src_on), dtype=bool)
+        rest[group] = False  # ... then the least with the others
+        np.minimum.at(dist, src_on[rest], dist[dst_on[rest]] + weight_on[rest])
+        dist[lead, lead] = 0
+    end = leaving & ~has_out[dst]  # ... to a node without out-edges: that node only (pairs are distinct)
+    dist[src[end], dst[end]] = np.minimum(dist[src[end], dst[end]], weight[end].astype(np.int32))
+    dist[dist >= far] = NO_PATH
+    return dist
+
+
+def _cycle_pairs(triple_nodes, n_node: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ordered pairs ``(u, v)``, ``u != v``, of nodes joined both ways: those of one strongly connected
+    component of the Levi graph.
+
+    Shapes: **triple_nodes** ``(S, 3)`` -> two ``(P,)`` arrays.
+    """
+    edges = np.concatenate([triple_nodes[:, :2], triple_nodes[:, 1:]])  # (2S, 2)
+    adjacency = csr_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(n_node, n_node))
+    _, component = connected_components(adjacency, directed=True, connection="strong")  # (N,)
+    size = np.bincount(component)  # (C,)
+    grouped = np.argsort(component, kind="stable")  # (N,) nodes, component by component
+    member_size = size[component[grouped]]  # (N,)
+    group_start = np.searchsorted(component[grouped], component[grouped])  # (N,) first place of each one's component
+    member, _, other = _blocks(np.ones(n_node, dtype=np.int64), member_size)
+    u, v = grouped[member], grouped[group_start[member] + other]
+    return u[u != v], v[u != v]
+
+
+def _cycle_positions(u, v, forward, backward, lengths, starts, graph, kind) -> None:
+    """Write the token pairs of the node pairs ``(u, v)`` joined both ways into ``graph`` (and ``kind``:
+    :data:`SAME_TRIPLE`).
+
+    As ``d(u, v) >= l_u > i - k`` and ``d(v, u) >= l_v > k - i``, forward is positive and backward
+    negative, so forward is the nearer exactly when ``2 (k - i) < d(v, u) - d(u, v)``; ties go forward for
+    a query before its key in the layout and backward otherwise, so both directions of a pair are decided
+    alike (antisymmetric).
+
+    Shapes: **u**, **v**, **forward** ``d(u, v)``, **backward** ``d(v, u)``: ``(P,)``; **graph**, **kind**
+    ``(L_g, L_g)``.
+    """
+    if not len(u):
+        return
     pair, i, k = _blocks(lengths[u], lengths[v])  # their token pairs
     row, col = starts[u][pair] + i, starts[v][pair] + k
-    forward, backward = dist[u, v][pair], dist[v, u][pair]
+    forward, backward = forward[pair], backward[pair]
     take_forward = 2 * (k - i) - (col > row) < backward - forward  # ties forward for the query first
-    graph[row, col] = (k - i) + np.where(take_forward, forward, -backward).astype(np.int32)
+    _scatter(graph, row, col, ((k - i) + np.where(take_forward, forward, -backward)).astype(np.int32))
+    _scatter(kind, row, col, SAME_TRIPLE)
