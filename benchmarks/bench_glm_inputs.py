@@ -9,11 +9,11 @@ Two paths, per dataset and triplet budget (GLM-RAG App. C: 2 hops; 600 triplets 
   by ``SubgraphDataModule``'s loader (``RankStream`` + ``StreamBatchSampler`` + ``GLMCollate``) with 0, 1
   or 2 DataLoader workers: what each training epoch costs. Measured twice: positions computed per batch
   (the default) and positions stored in the shards (``precompute_positions``), whose shard bytes are
-  reported too. Per core = questions/s divided by the worker count (the main process then mostly waits).
+  reported too.
 
-Rates are per CPU second of this process (``time.process_time``: the machine is shared, so wall time
-would count other jobs) for **full** and for **stream** with 0 workers; with 1 or 2 workers they are
-wall-clock rates (the workers' CPU time is not this process's), divided by the worker count.
+Rates per core are per CPU second (the machine is shared, so wall time would count other jobs): of this
+process for **full** (``time.process_time``), and of this process plus its DataLoader workers for
+**stream** (the workers' user + system time from ``/proc``). **stream** also reports the wall-clock rate.
 
 Positions use the defaults (``triple`` mode, ``last`` rule); the tokenizer is the offline MiniLM one
 (T5's SentencePiece gives similar token counts). Indexes come from ``--index-cache`` (built there on the
@@ -82,11 +82,9 @@ def full_path(index, questions, tokenizer, settings, name: str) -> tuple[float, 
     return time.process_time() - start, records
 
 
-def stream_path(files: list[str], counts: list[int], workers: int) -> float:
-    """Seconds to read and collate one epoch of the shards with ``workers`` DataLoader workers (warm): CPU
-    seconds of this process (``time.process_time``) with no worker, wall seconds with workers (their CPU time
-    is not this process's)."""
-    clock = time.perf_counter if workers else time.process_time
+def stream_path(files: list[str], counts: list[int], workers: int) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (this process plus its DataLoader workers, :func:`children_cpu`) to read and
+    collate one epoch of the shards with ``workers`` workers (warm: after one epoch that starts them)."""
     stream = RankStream(files, counts, BATCH, readers=max(1, workers))
     loader = DataLoader(
         stream,
@@ -99,10 +97,24 @@ def stream_path(files: list[str], counts: list[int], workers: int) -> float:
     for _ in loader:  # warm-up epoch: worker start, page cache
         pass
     loader.sampler.set_epoch(1)
-    start = clock()
+    workers_cpu, wall, cpu = children_cpu(), time.perf_counter(), time.process_time()  # /proc read outside
     for _ in loader:
         pass
-    return clock() - start
+    return time.perf_counter() - wall, time.process_time() - cpu + children_cpu() - workers_cpu
+
+
+def children_cpu() -> float:
+    """CPU seconds (user + system) so far of this process's live child processes (the persistent DataLoader
+    workers), read from ``/proc/<pid>/stat``; 0 where there is no ``/proc``."""
+    total, me, tick = 0.0, os.getpid(), os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, ...
+        except (OSError, IndexError):
+            continue  # a process that ended meanwhile
+        if int(fields[1]) == me:
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
 
 
 def breakdown(index, questions, tokenizer, budget: int) -> dict[str, float]:
@@ -151,7 +163,7 @@ def main() -> None:
                     stages = breakdown(index, list(dataset.qa)[: args.questions], tokenizer, budget)
                     print(json.dumps({"dataset": name, "triplets": budget, "pass": label, **stages}), flush=True)
         return
-    rows = []
+    rows, reps = [], range(args.repeats)
     for name in args.datasets:
         dataset, index = index_of(name, args.index_cache)
         questions = list(dataset.qa)[: args.questions]
@@ -173,9 +185,12 @@ def main() -> None:
                 files = [str(Path(tmp) / "plain" / s["file"]) for s in meta["shards"]]
                 counts = [s["count"] for s in meta["shards"]]
                 for workers in args.workers:
-                    seconds = statistics.median(stream_path(files, counts, workers) for _ in range(args.repeats))
-                    row[f"stream_qps_w{workers}"] = round(len(questions) / seconds, 1)
-                    row[f"stream_qps_per_core_w{workers}"] = round(len(questions) / seconds / max(1, workers), 1)
+                    wall, cpu = (
+                        statistics.median(t)
+                        for t in zip(*(stream_path(files, counts, workers) for _ in reps), strict=True)
+                    )
+                    row[f"stream_qps_w{workers}"] = round(len(questions) / wall, 1)
+                    row[f"stream_qps_per_core_w{workers}"] = round(len(questions) / cpu, 1)
                 few = questions[: args.precompute_questions]
                 stored = SubgraphSettings(max_triplets=budget, precompute=True)
                 emb = np.zeros(384, dtype=np.float32)
@@ -184,10 +199,10 @@ def main() -> None:
                 files = [str(Path(tmp) / "stored" / s["file"]) for s in meta["shards"]]
                 size = sum(Path(f).stat().st_size for f in files)
                 seconds = statistics.median(
-                    stream_path(files, [s["count"] for s in meta["shards"]], 0) for _ in range(args.repeats)
+                    stream_path(files, [s["count"] for s in meta["shards"]], 0)[1] for _ in reps
                 )
                 plain = statistics.median(
-                    stream_path(_plain_files(tmp, records[: len(few)]), [len(few)], 0) for _ in range(args.repeats)
+                    stream_path(_plain_files(tmp, records[: len(few)]), [len(few)], 0)[1] for _ in reps
                 )
                 row["precomputed_stream_qps_w0"] = round(len(few) / seconds, 1)
                 row["computed_stream_qps_w0_same_questions"] = round(len(few) / plain, 1)
@@ -197,7 +212,7 @@ def main() -> None:
     result = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared with other jobs)",
         "load_average": os.getloadavg(),
-        "clock": "process_time for full and stream w0, wall for stream w1/w2",
+        "clock": "per core: CPU s of this process (full) and of it plus its workers (stream); stream_qps_w*: wall",
         "omp_threads": os.environ.get("OMP_NUM_THREADS"),
         "rows": rows,
     }
@@ -217,13 +232,13 @@ def _plain_files(tmp: str, records: list[dict]) -> list[str]:
 
 def _markdown(rows: list[dict]) -> str:
     lines = [
-        "| dataset | triplets | tokens | full q/s/core | stream q/s w0 / w1 / w2 (per core) | "
+        "| dataset | triplets | tokens | full q/s/core | stream q/s/core w0 / w1 / w2 (wall q/s) | "
         "stored positions: q/s w0 vs computed, MiB/question |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
         stream = " / ".join(
-            f"{r.get(f'stream_qps_w{w}', '-')} ({r.get(f'stream_qps_per_core_w{w}', '-')})" for w in (0, 1, 2)
+            f"{r.get(f'stream_qps_per_core_w{w}', '-')} ({r.get(f'stream_qps_w{w}', '-')})" for w in (0, 1, 2)
         )
         stored = (
             f"{r['precomputed_stream_qps_w0']} vs {r['computed_stream_qps_w0_same_questions']}, "

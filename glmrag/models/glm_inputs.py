@@ -198,6 +198,20 @@ def record_layout(record: Mapping[str, Any]) -> LeviLayout:
     )
 
 
+def position_dtype(length: int) -> type[np.signedinteger]:
+    """The narrowest dtype of the ``(B, L, L)`` positions of a batch padded to ``length`` tokens: int16 up to
+    32,767 tokens, else int32.
+
+    A position is a distance in tokens between two tokens of one record: inside the sentence of a triple of
+    distinct nodes, along a path of distinct nodes, or between question tokens (all below ``length``), or,
+    under the ``last`` rule, from a self-loop's entity to itself (``-(l_e + l_r)`` on the diagonal; module
+    docstring of :mod:`glmrag.graph.positions`). So ``|position| <= length``. int16 halves the pages a batch
+    allocates and the kernel zeroes on first touch (benchmarks/RESULTS.md, "Positions as int16"); the model
+    casts positions to int64 before bucketing (:func:`glmrag.nn.glm.graph_buckets`), so the buckets are the same.
+    """
+    return np.int16 if length <= np.iinfo(np.int16).max else np.int32
+
+
 class GLMCollate:
     """Pads a list of records into one batch; positions are expanded here, per batch (or copied, when the
     records carry them: ``SubgraphSettings.precompute``), straight into the batch tensors.
@@ -216,7 +230,8 @@ class GLMCollate:
     ``input_ids``         (B, L)           int64    token ids; 0 on padding
     ``token_mask``        (B, L)           bool     real tokens
     ``question_mask``     (B, L)           bool     question tokens (the last ``num_question_tokens`` real ones)
-    ``relative_position`` (B, L, L)        int32    :func:`~glmrag.graph.levi.graph_positions`; 0 on padding
+    ``relative_position`` (B, L, L)        int16    :func:`~glmrag.graph.levi.graph_positions`; 0 on padding
+                                           (int32 above 32,767 tokens: :func:`position_dtype`)
     ``kind``              (B, L, L)        int8     pair kinds 0..4; 0 on padding pairs (mask keys by token_mask)
     ``node_of_token``     (B, L)           int64    node of each token; -1 for question, padding, linear relations
     ``entity_of_node``    (B, N)           int64    entity id in ``index(kg)``; -1 for relation nodes and padding
@@ -253,7 +268,7 @@ class GLMCollate:
         question_mask = torch.zeros(batch, length, dtype=torch.bool)
         # np.zeros takes fresh zeroed pages from the OS (calloc) where torch.zeros writes every byte once more:
         # 12x slower for a (2, 2400, 2400) int32 batch, of which positions touch a small part (benchmarks/RESULTS.md).
-        relative_position = torch.from_numpy(np.zeros((batch, length, length), dtype=np.int32))
+        relative_position = torch.from_numpy(np.zeros((batch, length, length), dtype=position_dtype(length)))
         kind = torch.from_numpy(np.zeros((batch, length, length), dtype=np.int8))
         node_of_token = torch.full((batch, length), -1, dtype=torch.long)
         entity_of_node = torch.full((batch, num_nodes), -1, dtype=torch.long)

@@ -141,7 +141,7 @@ def test_collate_pads_two_records_of_different_lengths_exactly(chain, tok):
         "input_ids": torch.int64,
         "token_mask": torch.bool,
         "question_mask": torch.bool,
-        "relative_position": torch.int32,
+        "relative_position": torch.int16,
         "kind": torch.int8,
         "node_of_token": torch.int64,
         "entity_of_node": torch.int64,

@@ -1,5 +1,6 @@
-"""The vectorised GLM inputs (layout from the label-token store, no-sort ``last`` positions, calloc'd batch)
-equal the pipeline before it (``reference_glm_inputs``) on random KGs and on every musique100 question (slow)."""
+"""The vectorised GLM inputs (layout from the label-token store, no-sort ``last`` positions, calloc'd batch, int16
+positions) equal the pipeline before it (``reference_glm_inputs``) on random KGs and on every musique100 question
+(slow), and the GLM retriever scores them as before."""
 
 from __future__ import annotations
 
@@ -9,13 +10,23 @@ import numpy as np
 import pytest
 import torch
 from reference_glm_inputs import old_collate, old_layout_subgraph, old_triple_positions
+from transformers import T5Config
 
 from glmrag.data.types import Question
 from glmrag.graph.subgraph import select_subgraph
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import EntityLink
 from glmrag.index.synthetic import random_kg
-from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record, record_layout
+from glmrag.models.glm_inputs import (
+    GLMCollate,
+    SubgraphSettings,
+    load_tokenizer,
+    position_dtype,
+    question_record,
+    record_layout,
+)
+from glmrag.nn.glm import GLMEncoder
+from glmrag.nn.glm_retriever import GLMInputs, GLMRetriever
 
 WORDS = ["paris", "the", "river", "x", "of", "mountainous", "republic", "king", "zz9", "born", "é", "-"]
 """Label words of one to several MiniLM word pieces, so nodes have 1 to ~10 tokens."""
@@ -32,6 +43,9 @@ BATCH_KEYS = (
     "node_mask",
     "target",
 )
+
+NEW_DTYPES = {"relative_position": torch.int16}
+"""Batch tensors whose dtype changed (the old pipeline's relative positions were int32)."""
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +97,10 @@ def check_against_old(index, questions, tokenizer, settings, kg: str = "kg") -> 
             new = GLMCollate(position_conflict=conflict)(pair)
             old = old_collate(pair, functools.partial(old_triple_positions, conflict=conflict))
             for key in BATCH_KEYS:
-                assert new[key].dtype == old[key].dtype, key
-                assert torch.equal(new[key], old[key]), f"{[r['question_id'] for r in pair]} {key} {conflict}"
+                # Positions narrowed from int32 to int16 (glm_inputs.position_dtype); the values are the same.
+                assert new[key].dtype == NEW_DTYPES.get(key, old[key].dtype), key
+                same = torch.equal(new[key].to(old[key].dtype), old[key])
+                assert same, f"{[r['question_id'] for r in pair]} {key} {conflict}"
     return len(records)
 
 
@@ -106,3 +122,43 @@ def test_musique_questions_at_600_triplets_give_the_old_inputs(index_config, tok
     dataset = load_dataset("musique100")
     index = get_index(dataset, index_config())
     assert check_against_old(index, list(dataset.qa), tok, SubgraphSettings()) == 100
+
+
+@pytest.mark.parametrize(
+    ("backend", "attention", "training"),
+    [("eager", "global", False), ("eager", "local", False), ("eager", "global", True), ("flex", "local", False)],
+)
+def test_int16_positions_give_the_scores_of_int32_positions(tok, backend, attention, training):
+    """The GLM retriever (SDPA path in eval, the eager reference when training with attention dropout, Flex)
+    scores a batch with the collate's int16 positions exactly as with the old pipeline's int32 positions."""
+    index = labelled_random_kg(3, 2)
+    questions = [Question(f"q{i}", "river of paris", ("a",), ("p0",)) for i in range(2)]
+    records = [question_record(index, q, "kg", tok, SubgraphSettings(), EMB) for q in questions]
+    batch = GLMCollate()(records)
+    old = old_collate(records, functools.partial(old_triple_positions, conflict="last"))
+    assert batch["relative_position"].dtype == torch.int16 and old["relative_position"].dtype == torch.int32
+    assert batch["relative_position"].abs().max() > 8 and (batch["kind"] == 1).any()  # several buckets in use
+
+    torch.manual_seed(0)
+    config = T5Config(
+        vocab_size=tok.vocab_size, d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8, dropout_rate=0.1
+    )
+    model = GLMRetriever(GLMEncoder.from_config(config, attention=attention, backend=backend)).train(training)
+    scores = []
+    for position in (batch["relative_position"], old["relative_position"]):
+        torch.manual_seed(1)  # the same dropout masks in training
+        with torch.no_grad():
+            scores.append(model(GLMInputs.from_batch({**batch, "relative_position": position})))  # (B, N)
+    assert scores[0].abs().max() > 0
+    assert torch.equal(scores[0], scores[1])
+
+
+def test_the_diagonal_of_a_self_loop_reaches_the_record_length(tok, kg):
+    """Why :func:`position_dtype` bounds positions by the length itself, not the length - 1 of two distinct
+    tokens: under ``last``, a self-loop's entity reads ``-(l_e + l_r)`` to itself (the reference's overwrite)."""
+    index = kg([(0, 0, 0)], 1, links={"q": [0]})
+    index.entities, index.relations = ["mountainous republic of the river"], ["of"]
+    record = question_record(index, Question("q", "x", ("a",), ()), "kg", tok, SubgraphSettings(use_text=False), EMB)
+    batch = GLMCollate(pad_to_multiple=1)([record])
+    assert batch["relative_position"].abs().max() == record["num_tokens"] == 6  # 5 entity pieces + 1 relation
+    assert position_dtype(32_767) == np.int16 and position_dtype(32_768) == np.int32  # int16's max is 32,767
