@@ -1,4 +1,4 @@
-"""How per-question graph costs grow with the KG (issue 16 item 4, reduced version).
+"""How per-question graph costs grow with the KG (issue 16 item 4), on synthetic KGs.
 
 Power-law KGs (``glmrag.index.synthetic.power_law_index``: Zipf-like degrees, exponent 0.9) of
 ``--triples`` triples with one entity per 4.3 triples (the 2Wiki test index's ratio: 59,281 entities,
@@ -9,7 +9,7 @@ question. The growth exponent of each is the slope of log(cost) on log(triples).
 
 ``--gnn-glm`` measures instead, per question: an untrained GFM-RAG GNN forward (hidden 512, 6 layers; GLM-RAG
 Table 14) on the whole KG (KGs of at most ``--whole-max`` triples: the forward holds (edges, 512) float32
-messages per layer, 4 KiB per directed edge) and on 600-triplet subgraphs, and the GLM input pipeline
+messages per layer, 2 KiB per directed edge) and on 600-triplet subgraphs, and the GLM input pipeline
 (select + tokenise + positions + collate, 600 triplets, MiniLM tokenizer on the ``e<i>``/``r<i>`` names,
 so fewer tokens than real phrases), both as ``bench_scaling_corpus.py`` measures them on real corpora.
 Synonym search: ``bench_synonyms.py``; real-corpus builds: ``bench_scaling_corpus.py``.
