@@ -21,12 +21,6 @@ from glmrag.progress import stage_progress
 DEFAULT_MODEL = "offline:all-MiniLM-L6-v2"
 CHUNK_BATCHES = 16
 """Batches per progress step of an embedding run (engineering choice: a step every few seconds on a CPU)."""
-CPU_BATCH = 64
-"""Texts per forward on a CPU when no batch size is given: smaller batches keep MiniLM's activations in the
-CPU caches; on 4,000 2Wiki entity phrases, one thread, batch 64 took about 10% fewer CPU seconds than 256
-(``benchmarks/RESULTS.md``, index build before/after). Engineering choice, not from a paper."""
-ACCELERATOR_BATCH = 256
-"""Texts per forward on a GPU or other accelerator when no batch size is given (large batches fill it)."""
 
 
 def resolve_model_path(name: str) -> str:
@@ -60,12 +54,12 @@ class Embedder:
     def __init__(
         self,
         model: str = DEFAULT_MODEL,
-        batch_size: int | None = None,
+        batch_size: int = 256,
         device: str | None = None,
         cache_dir: str | Path | None = None,
     ) -> None:
         self.model_name = model
-        self._batch_size = batch_size  # None: CPU_BATCH on a CPU, ACCELERATOR_BATCH elsewhere
+        self.batch_size = batch_size
         self.device = device
         self.cache_dir = cache_dir  # phrase cache root (glmrag.index.embed_cache), a folder per model; None: none
         self._cache: PhraseEmbeddingCache | None = None
@@ -73,13 +67,6 @@ class Embedder:
     @property
     def model(self):
         return _load(resolve_model_path(self.model_name), self.device)
-
-    @property
-    def batch_size(self) -> int:
-        """Texts per forward: the one given, else :data:`CPU_BATCH` on a CPU and :data:`ACCELERATOR_BATCH` elsewhere."""
-        if self._batch_size is not None:
-            return self._batch_size
-        return CPU_BATCH if self.model.device.type == "cpu" else ACCELERATOR_BATCH
 
     @property
     def dim(self) -> int:
