@@ -1,4 +1,4 @@
-"""How per-question graph costs grow with the KG (issue 16 item 4, reduced version).
+"""How per-question graph costs grow with the KG (issue 16 item 4), on synthetic KGs.
 
 Power-law KGs (``glmrag.index.synthetic.power_law_index``: Zipf-like degrees, exponent 0.9) of
 ``--triples`` triples with one entity per 4.3 triples (the 2Wiki test index's ratio: 59,281 entities,
@@ -7,10 +7,16 @@ the machine is shared) of: building the CSR adjacency and the PPR random walk (o
 selection (2 hops, 600 triplets; GLM-RAG App. C), batched PPR and the evaluator's 10-hop seed search, per
 question. The growth exponent of each is the slope of log(cost) on log(triples).
 
-Reduced: no GNN forward, synonym search (see ``benchmarks/RESULTS.md``: quadratic), real-corpus builds or
-10^7 triples here.
+``--gnn-glm`` measures instead, per question: an untrained GFM-RAG GNN forward (hidden 512, 6 layers; GLM-RAG
+Table 14) on the whole KG (KGs of at most ``--whole-max`` triples: the forward holds (edges, 512) float32
+messages per layer, 2 KiB per directed edge) and on 600-triplet subgraphs, and the GLM input pipeline
+(select + tokenise + positions + collate, 600 triplets, MiniLM tokenizer on the ``e<i>``/``r<i>`` names,
+so fewer tokens than real phrases), both as ``bench_scaling_corpus.py`` measures them on real corpora.
+Synonym search: ``bench_synonyms.py``; real-corpus builds: ``bench_scaling_corpus.py``.
 
     python benchmarks/bench_scaling.py --triples 10000 100000 1000000 --out benchmarks/results/bench_scaling.json
+    python benchmarks/bench_scaling.py --gnn-glm --triples 10000 100000 1000000 --whole-max 100000 \\
+        --out benchmarks/results/bench_scaling_gnn_glm.json
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from glmrag.retrievers.ppr import PPRRetriever
 
 TRIPLES_PER_ENTITY = 256_022 / 59_281
 STAGES = ("build_graph_s", "subgraph_ms", "ppr_ms", "seed_search_ms")
+GNN_GLM_STAGES = ("gnn_whole_ms", "gnn_600_ms", "glm_inputs_ms")
 
 
 def cpu(fn):
@@ -58,9 +65,39 @@ def measure(triples: int, n_questions: int) -> dict:
     }
 
 
-def exponents(rows: list[dict]) -> dict[str, float]:
-    x = np.log([r["triples"] for r in rows])
-    return {s: round(float(np.polyfit(x, np.log([max(r[s], 1e-6) for r in rows]), 1)[0]), 2) for s in STAGES}
+def measure_gnn_glm(triples: int, n_questions: int, whole_kg: bool) -> dict:
+    """CPU ms per question of the GNN forwards (whole KG when ``whole_kg``, 600-triplet subgraphs) and GLM inputs."""
+    from bench_glm_inputs import full_path
+    from bench_scaling_corpus import BUDGET, gnn_forwards
+    from stage_clock import StageClock
+
+    from glmrag.index.embed import DEFAULT_MODEL
+    from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer
+
+    index = power_law_index(int(triples / TRIPLES_PER_ENTITY), triples, num_relations=1000, num_passages=6119)
+    questions = random_questions(index, n_questions)
+    gnn = gnn_forwards(index, questions, StageClock(), whole_kg)
+    tokenizer = load_tokenizer(DEFAULT_MODEL)
+    glm_s, _ = full_path(index, questions, tokenizer, SubgraphSettings(max_triplets=BUDGET), "synthetic")
+    whole = gnn["gnn_whole_per_q"]
+    return {
+        "triples": triples,
+        "entities": index.num_entities,
+        "gnn_whole_ms": round(whole * 1e3, 1) if whole is not None else None,
+        "gnn_600_ms": round(gnn["gnn_600_per_q"] * 1e3, 1),
+        "glm_inputs_ms": round(glm_s / n_questions * 1e3, 2),
+        "gnn_batch_triplets": gnn["gnn_batch_triplets"],
+    }
+
+
+def exponents(rows: list[dict], stages=STAGES) -> dict[str, float]:
+    out = {}
+    for s in stages:
+        kept = [r for r in rows if r[s] is not None]
+        if len(kept) > 1:
+            x, y = np.log([r["triples"] for r in kept]), np.log([max(r[s], 1e-6) for r in kept])
+            out[s] = round(float(np.polyfit(x, y, 1)[0]), 2)
+    return out
 
 
 def plot(rows: list[dict], slopes: dict[str, float], path: Path) -> None:
@@ -70,8 +107,9 @@ def plot(rows: list[dict], slopes: dict[str, float], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for s in STAGES:
-        ax.loglog([r["triples"] for r in rows], [r[s] for r in rows], marker="o", label=f"{s} (slope {slopes[s]})")
+    for s, slope in slopes.items():
+        kept = [r for r in rows if r[s] is not None]
+        ax.loglog([r["triples"] for r in kept], [r[s] for r in kept], marker="o", label=f"{s} (slope {slope})")
     ax.set_xlabel("triples")
     ax.set_ylabel("CPU cost (s for build, ms per question otherwise)")
     ax.legend(fontsize=8)
@@ -84,12 +122,17 @@ def main() -> None:
     parser.add_argument("--triples", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--questions", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/bench_scaling.json"))
+    parser.add_argument("--gnn-glm", action="store_true", help="GNN forwards and GLM input rate instead")
+    parser.add_argument("--whole-max", type=int, default=100_000, help="--gnn-glm: largest KG of a whole-KG forward")
     args = parser.parse_args()
     rows = []
     for triples in args.triples:
-        rows.append(measure(triples, args.questions))
+        if args.gnn_glm:
+            rows.append(measure_gnn_glm(triples, args.questions, triples <= args.whole_max))
+        else:
+            rows.append(measure(triples, args.questions))
         print(json.dumps(rows[-1]), flush=True)
-    slopes = exponents(rows)
+    slopes = exponents(rows, GNN_GLM_STAGES if args.gnn_glm else STAGES)
     result = {"rows": rows, "growth_exponents": slopes, "questions_per_size": args.questions}
     print(text := json.dumps(result, indent=2))
     atomic_write_text(args.out, text + "\n")
