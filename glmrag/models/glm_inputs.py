@@ -206,7 +206,7 @@ def position_dtype(length: int) -> type[np.signedinteger]:
     distinct nodes, along a path of distinct nodes, or between question tokens (all below ``length``), or,
     under the ``last`` rule, from a self-loop's entity to itself (``-(l_e + l_r)`` on the diagonal; module
     docstring of :mod:`glmrag.graph.positions`). So ``|position| <= length``. int16 halves the pages a batch
-    allocates and the kernel zeroes on first touch (benchmarks/RESULTS.md, "Positions as int16"); the model
+    allocates and the kernel zeroes on first touch (benchmarks/RESULTS.md, "GLM input pipeline, third pass"); the model
     casts positions to int64 before bucketing (:func:`glmrag.nn.glm.graph_buckets`), so the buckets are the same.
     """
     return np.int16 if length <= np.iinfo(np.int16).max else np.int32
