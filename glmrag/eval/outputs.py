@@ -28,6 +28,7 @@ from glmrag.eval.overlap import overlap_note
 from glmrag.eval.significance import Interval
 from glmrag.eval.traces import summary_lines
 from glmrag.io import atomic_write_text
+from glmrag.llm.base import COST_FIELDS
 
 if TYPE_CHECKING:
     from glmrag.eval.result import EvalResult
@@ -40,9 +41,6 @@ _LABELS = {
     "entity_cosine": "Entity cos",
     "entity_hops": "Entity hops",
 }
-COST_FIELDS = ("calls", "prompt_tokens", "generated_tokens", "seconds")
-"""LLM usage reported per question (:class:`glmrag.llm.base.Usage` fields), as DTKG Table 6 and
-HyperAddress Fig. 5 compare methods by calls, tokens and time."""
 _COST_LABELS = ("LLM calls", "Prompt tokens", "Generated tokens", "LLM s")
 
 

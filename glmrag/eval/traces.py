@@ -28,9 +28,6 @@ import numpy as np
 if TYPE_CHECKING:
     from glmrag.eval.result import EvalResult
 
-INDEX_COST_FIELDS = ("calls", "prompt_tokens", "generated_tokens", "seconds")
-""":class:`glmrag.llm.base.Usage` fields reported for the index cost."""
-
 
 def _plain(value):
     """A JSON-safe copy: numpy scalars and arrays become Python numbers and lists."""
@@ -62,7 +59,7 @@ def add_traces(result: EvalResult, retrievers: Mapping[str, object]) -> None:
             summaries[system] = _plain(summary())
         index = getattr(retriever, "index_llm_cost", None)
         if callable(index):
-            index_cost[system] = {tag: {f: getattr(u, f) for f in INDEX_COST_FIELDS} for tag, u in index().items()}
+            index_cost[system] = {tag: u.cost() for tag, u in index().items()}
     if summaries:
         result.settings["method_summary"] = summaries
     if index_cost:

@@ -28,7 +28,7 @@ from glmrag.data.types import Corpus, Question
 from glmrag.eval import EvalResult, evaluate, format_markdown, write_outputs
 from glmrag.eval.llm_failures import GuardedRetrieval, failure_summary
 from glmrag.eval.metrics import qa_metrics
-from glmrag.eval.outputs import COST_FIELDS, cost_columns
+from glmrag.eval.outputs import cost_columns
 from glmrag.eval.overlap import choose_split
 from glmrag.eval.significance import Interval, bootstrap_ci
 from glmrag.eval.store import run_record, write_run
@@ -40,7 +40,7 @@ from glmrag.index.kg import KGIndex
 from glmrag.io import children_die_with_parent
 from glmrag.jobs import config_path  # noqa: F401  (registers ${glmrag_overrides:}, used by the run names)
 from glmrag.jobs.config_check import validate_eval_config
-from glmrag.llm.base import LLMBudgetExceeded, Usage, failure_budget
+from glmrag.llm.base import COST_FIELDS, LLMBudgetExceeded, Usage, failure_budget
 from glmrag.qa import ANSWER_FALLBACK, QAReader, baseline_contexts
 from glmrag.qa.accuracy import LLMJudge, add_judged_accuracy
 from glmrag.retrievers.base import AnsweringRetriever, LLMCostedRetriever, Ranking, Retriever
@@ -119,10 +119,6 @@ def baseline_scores(
     return out
 
 
-def _usage_fields(usage: Usage) -> dict[str, float]:
-    return {f: getattr(usage, f) for f in COST_FIELDS}
-
-
 def llm_costs(
     systems: Sequence[str],
     retrievers: Mapping[str, Retriever],
@@ -150,8 +146,8 @@ def mean_costs(costs: Mapping[str, list[dict[str, Usage]]]) -> dict[str, dict[st
     """System -> ``retriever`` / ``reader`` / ``total`` -> mean per question of each of :data:`COST_FIELDS`."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for system, rows in costs.items():
-        parts = {part: [_usage_fields(row[part]) for row in rows] for part in ("retriever", "reader")}
-        parts["total"] = [_usage_fields(Usage().add(row["retriever"]).add(row["reader"])) for row in rows]
+        parts = {part: [row[part].cost() for row in rows] for part in ("retriever", "reader")}
+        parts["total"] = [Usage().add(row["retriever"]).add(row["reader"]).cost() for row in rows]
         out[system] = {
             part: {f: sum(v[f] for v in values) / max(len(values), 1) for f in COST_FIELDS}
             for part, values in parts.items()
@@ -171,7 +167,7 @@ def add_qa_and_cost_columns(
                 row["prediction"] = answers[system][row["question_id"]]
             if system in costs:
                 total = Usage().add(costs[system][i]["retriever"]).add(costs[system][i]["reader"])
-                row.update(zip(cost_columns(), (getattr(total, f) for f in COST_FIELDS), strict=True))
+                row.update(zip(cost_columns(), total.cost().values(), strict=True))
 
 
 def run_eval(cfg: DictConfig) -> EvalResult:

@@ -105,6 +105,11 @@ class Generation:
     """True when the on-disk response cache answered."""
 
 
+COST_FIELDS = ("calls", "prompt_tokens", "generated_tokens", "seconds")
+"""The :class:`Usage` fields reported as LLM cost, as DTKG Table 6 and HyperAddress Fig. 5 compare methods
+by calls, tokens and time."""
+
+
 @dataclass
 class Usage:
     """Counts of one tag (or a sum of tags)."""
@@ -143,6 +148,10 @@ class Usage:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def cost(self) -> dict[str, float]:
+        """The :data:`COST_FIELDS` counts, as a plain dict."""
+        return {name: getattr(self, name) for name in COST_FIELDS}
 
 
 # (method, question_id) of the code running now; None before any ``track``. Threads start

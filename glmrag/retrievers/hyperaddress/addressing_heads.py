@@ -73,14 +73,10 @@ class HeadSelection:
     held_out_probes: int
     """Held-out probes scored."""
     cost: dict[str, float] | None = None
-    """LLM usage of the selection passes when they ran (:data:`COST_FIELDS`); None without an LLM behind the
-    reader."""
+    """LLM usage of the selection passes when they ran (:meth:`~glmrag.llm.base.Usage.cost`); None without an
+    LLM behind the reader."""
     from_cache: bool = dataclasses.field(default=False, compare=False)
     """Read from the cache in this process (so none of :attr:`cost` was spent here)."""
-
-
-COST_FIELDS = ("calls", "prompt_tokens", "generated_tokens", "seconds")
-"""The :class:`~glmrag.llm.base.Usage` fields kept in :attr:`HeadSelection.cost`."""
 
 
 def _mask(text: str, name: str) -> str | None:
@@ -212,11 +208,8 @@ def _usage(reader: Reader) -> Usage | None:
 
 
 def _cost(reader: Reader, before: Usage | None) -> dict[str, float] | None:
-    """:data:`COST_FIELDS` of what the reader's LLM counted since ``before`` (one thread: only this selection)."""
-    if before is None:
-        return None
-    spent = _usage(reader).since(before)
-    return {name: getattr(spent, name) for name in COST_FIELDS}
+    """The cost of what the reader's LLM counted since ``before`` (one thread: only this selection)."""
+    return _usage(reader).since(before).cost() if before is not None else None
 
 
 def random_heads(reader: Reader, num_heads: int = NUM_HEADS, seed: int = 0) -> list[tuple[int, int]]:
