@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from lightning import LightningDataModule
 from torch.utils.data import DataLoader
@@ -64,6 +64,19 @@ class QuestionSettings:
         object.__setattr__(self, "train_fraction", check_train_fraction(self.train_fraction))
 
 
+_Settings = TypeVar("_Settings")
+
+
+def settings_from(cls: type[_Settings], given: Mapping[str, Any], what: str) -> _Settings:
+    """``cls(**given)`` for a settings dataclass, missing fields at their defaults; keys that are not its fields
+    are a TypeError that starts with ``what`` and names the fields."""
+    known = [f.name for f in fields(cls)]
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise TypeError(f"{what} {unknown}: the fields of {cls.__name__} are {', '.join(known)}")
+    return cls(**given)
+
+
 class KGDataModule(LightningDataModule, ABC):
     """What the DataModules over KG-indexed datasets share: argument checks, the indexes, the device batch.
 
@@ -88,13 +101,8 @@ class KGDataModule(LightningDataModule, ABC):
         datasets = [datasets] if isinstance(datasets, str) else [str(d) for d in datasets]
         if len(set(datasets)) != len(datasets) or not datasets:
             raise ValueError(f"datasets must be distinct registry names, got {datasets}")
-        unknown = sorted(set(questions) - {f.name for f in fields(QuestionSettings)})
-        if unknown:
-            raise TypeError(
-                f"unexpected DataModule argument(s) {unknown}: the shared ones are the fields of "
-                f"QuestionSettings ({', '.join(f.name for f in fields(QuestionSettings))})"
-            )
-        return datasets, plain_container(index), plain_container(asdict(QuestionSettings(**questions)))
+        settings = settings_from(QuestionSettings, questions, "unexpected DataModule argument(s)")
+        return datasets, plain_container(index), plain_container(asdict(settings))
 
     def index(self, kg: str) -> KGIndex:
         """The KG index of dataset ``kg``, available after :meth:`setup`."""

@@ -49,7 +49,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +67,7 @@ from glmrag.index.store import content_manifest
 from glmrag.io import atomic_write_bytes, atomic_write_text, cache_root, default_mode, plain_container
 from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record, record_schema
 from glmrag.models.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
-from glmrag.models.kg_datamodule import KGDataModule
+from glmrag.models.kg_datamodule import KGDataModule, settings_from
 from glmrag.progress import progress
 
 log = logging.getLogger(__name__)
@@ -351,12 +350,7 @@ class StreamBatchSampler(DistributedSampler):
 def subgraph_settings(subgraph: Mapping[str, Any] | None) -> SubgraphSettings:
     """``subgraph`` (a mapping of :class:`SubgraphSettings` fields, e.g. the config's ``datamodule.subgraph``)
     as settings; missing fields take their defaults, an unknown key is an error naming the known ones."""
-    given = plain_container(subgraph or {})
-    known = [field.name for field in fields(SubgraphSettings)]
-    unknown = sorted(set(given) - set(known))
-    if unknown:
-        raise TypeError(f"datamodule.subgraph has unknown key(s) {unknown}; its keys are {', '.join(known)}")
-    return SubgraphSettings(**given)
+    return settings_from(SubgraphSettings, plain_container(subgraph or {}), "datamodule.subgraph has unknown key(s)")
 
 
 class SubgraphDataModule(KGDataModule):
