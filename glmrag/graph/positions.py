@@ -356,8 +356,18 @@ def _levi_distances(triple_nodes, lengths) -> np.ndarray:
 
     Shapes: **triple_nodes** ``(S, 3)``; **lengths** ``(N,)`` -> ``(N, N)`` int32.
     """
-    edges = np.concatenate([triple_nodes[:, :2], triple_nodes[:, 1:]])  # (2S, 2)
-    return _dijkstra(edges[:, 0], edges[:, 1], lengths[edges[:, 0]], len(lengths))
+    src, dst = _levi_edges(triple_nodes)
+    return _dijkstra(src, dst, lengths[src], len(lengths))
+
+
+def _levi_edges(triple_nodes) -> tuple[np.ndarray, np.ndarray]:
+    """Sources and targets of the Levi graph's edges, head -> relation and relation -> tail of every triple.
+
+    Shapes: **triple_nodes** ``(S, 3)`` -> two ``(2S,)`` arrays.
+    """
+    return np.concatenate([triple_nodes[:, 0], triple_nodes[:, 1]]), np.concatenate(
+        [triple_nodes[:, 1], triple_nodes[:, 2]]
+    )
 
 
 def _dijkstra(src, dst, weight, n_node: int) -> np.ndarray:
@@ -411,8 +421,8 @@ def _cycle_pairs(triple_nodes, n_node: int) -> tuple[np.ndarray, np.ndarray]:
 
     Shapes: **triple_nodes** ``(S, 3)`` -> two ``(P,)`` arrays.
     """
-    edges = np.concatenate([triple_nodes[:, :2], triple_nodes[:, 1:]])  # (2S, 2)
-    adjacency = csr_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(n_node, n_node))
+    src, dst = _levi_edges(triple_nodes)
+    adjacency = csr_matrix((np.ones(len(src)), (src, dst)), shape=(n_node, n_node))
     _, component = connected_components(adjacency, directed=True, connection="strong")  # (N,)
     size = np.bincount(component)  # (C,)
     grouped = np.argsort(component, kind="stable")  # (N,) nodes, component by component
