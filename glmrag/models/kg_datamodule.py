@@ -73,7 +73,7 @@ def settings_from(cls: type[_Settings], given: Mapping[str, Any], what: str) -> 
     known = [f.name for f in fields(cls)]
     unknown = sorted(set(given) - set(known))
     if unknown:
-        raise TypeError(f"{what} {unknown}: the fields of {cls.__name__} are {', '.join(known)}")
+        raise TypeError(f"{what} {unknown}: the fields of {cls.__name__} ({', '.join(known)})")
     return cls(**given)
 
 

@@ -57,11 +57,3 @@ def test_the_shared_base_is_abstract_and_a_subclass_must_build_its_loaders():
         NoLoaders(datasets=["musique100"], index={})
     assert not getattr(KGQADataModule._loader, "__isabstractmethod__", False)
     assert not getattr(SubgraphDataModule._loader, "__isabstractmethod__", False)
-
-
-@pytest.mark.parametrize("cls", [KGQADataModule, SubgraphDataModule])
-def test_an_unknown_argument_is_named_with_the_fields(cls):
-    with pytest.raises(
-        TypeError, match=r"unexpected DataModule argument\(s\) \['limt'\]: the fields of QuestionSettings"
-    ):
-        cls(["musique100"], {}, limt=5)
