@@ -18,6 +18,7 @@ Each returns the path it wrote, or None when the runs hold nothing to draw.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,11 +48,22 @@ def series_style(i: int) -> dict:
 
 
 def _save(fig: Figure, path: str | os.PathLike[str]) -> Path:
+    """Write ``fig`` as a PNG whose text chunk ``labels`` holds the legend's labels as JSON, so a test or a
+    script can tell which runs a figure draws (:func:`figure_labels`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    labels = [label for ax in fig.axes for label in ax.get_legend_handles_labels()[1]]
+    fig.savefig(path, dpi=120, bbox_inches="tight", metadata={"labels": json.dumps(labels)})
     return path
+
+
+def figure_labels(path: str | os.PathLike[str]) -> list[str]:
+    """The legend labels a figure of this module recorded in its PNG (an empty list for another PNG)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return json.loads(image.text.get("labels", "[]"))
 
 
 def _axes(title: str, xlabel: str, metric: str):

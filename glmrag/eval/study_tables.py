@@ -32,7 +32,17 @@ SYSTEM_KEYS = ("system", "experiment")
 """Override keys that choose the system or the study: their values name families, not rows."""
 LABELS = {"data": "train data", "eval_data": "test data", "data.name": "train data"}
 MISSING = "–"
-BOOKKEEPING_KEYS = ("logger", "output_dir", "results_dir", "checkpoint_dir", "study", "run_name", "hydra", "ckpt_path")
+BOOKKEEPING_KEYS = (
+    "logger",
+    "output_dir",
+    "results_dir",
+    "checkpoint_dir",
+    "run_id",
+    "study",
+    "run_name",
+    "hydra",
+    "ckpt_path",
+)
 """Config keys that say where a run is written or logged (or resumed from), never what it measures: never a
 swept column here, never part of a run name (:mod:`glmrag.jobs.config_path`)."""
 

@@ -56,11 +56,12 @@ def check_checkpoint(value, key: str) -> None:
 
 def _checkpoint_nodes(retrievers: Mapping | None) -> list[tuple[str, object]]:
     """(config key, value) of every ``ckpt_path`` in the retriever nodes."""
-    out = []
-    for name, node in (retrievers or {}).items():
-        if isinstance(node, Mapping) and "ckpt_path" in node:
-            out.append((f"retriever.{name}.ckpt_path", OmegaConf.select(retrievers, f"{name}.ckpt_path")))
-    return out
+    # read from the node itself: a run name (a retriever's key) may hold dots, which a key path would split
+    return [
+        (f"retriever.{name}.ckpt_path", node.get("ckpt_path"))
+        for name, node in (retrievers or {}).items()
+        if isinstance(node, Mapping) and "ckpt_path" in node
+    ]
 
 
 def validate_eval_config(cfg: DictConfig) -> None:

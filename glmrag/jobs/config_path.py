@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import datetime
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -20,6 +21,8 @@ from glmrag.eval.study_tables import BOOKKEEPING_KEYS
 from glmrag.io import cache_root
 
 CONFIG_DIR_ENV = "GLMRAG_CONFIG_DIR"
+RUN_ID_ENV = "GLMRAG_RUN_ID"
+"""A job's ``run_id``, handed to the DDP ranks it starts (:mod:`glmrag.jobs.launch`)."""
 _PACKAGE = Path(__file__).resolve().parents[1]  # glmrag/ (this module is glmrag/jobs/config_path.py)
 
 
@@ -67,6 +70,24 @@ def _overrides_suffix() -> str:
     return run_suffix(list(HydraConfig.get().overrides.task)) if HydraConfig.initialized() else ""
 
 
+def run_id() -> str:
+    """A training run's id (its checkpoint folder): that of the job that started this DDP rank
+    (:data:`RUN_ID_ENV`, :mod:`glmrag.jobs.launch`), else ``slurm-<job id>`` in a SLURM batch job, which a
+    requeued job keeps, else the start time."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    if os.environ.get(RUN_ID_ENV):
+        return os.environ[RUN_ID_ENV]
+    if SLURMEnvironment.detect() and os.environ.get("SLURM_JOB_ID"):
+        array = os.environ.get("SLURM_ARRAY_JOB_ID")
+        job = f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array else os.environ["SLURM_JOB_ID"]
+        return f"slurm-{job}"
+    return datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+
+
+# configs/train.yaml names a run's checkpoint folder checkpoints/${run_name}/${glmrag_run_id:}
+if not OmegaConf.has_resolver("glmrag_run_id"):
+    OmegaConf.register_new_resolver("glmrag_run_id", run_id, use_cache=True)
 # configs/train.yaml and eval.yaml name a run ${model_name}-${data.name}${glmrag_overrides:}
 if not OmegaConf.has_resolver("glmrag_overrides"):
     OmegaConf.register_new_resolver("glmrag_overrides", _overrides_suffix)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import netrc
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger, WandbLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from glmrag.data.files import register_data
@@ -28,12 +30,17 @@ from glmrag.eval.study_plots import evaluation_figures
 from glmrag.io import children_die_with_parent, local_checkpoint
 from glmrag.jobs.config_check import validate_train_config
 from glmrag.jobs.evaluate import hydra_overrides, resolved_config_yaml, run_eval
+from glmrag.jobs.launch import job_processes
 from glmrag.jobs.loggers import closing, log_evaluation
 from glmrag.models.kg_datamodule import dataset_index_config
 
 log = logging.getLogger(__name__)
 
 WANDB_HOST = "api.wandb.ai"
+PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM
+"""Exit code of a run stopped by SIGTERM (a shell's 143): not 0, so a scheduler requeues it."""
+RESUMABLE = ("last.ckpt", "hpc_ckpt_*.ckpt")
+"""A run folder's resumable checkpoints: the last epoch or a SIGTERM (``last.ckpt``), a SLURM requeue's."""
 KEY_SETTINGS = (
     "data.name",
     "datamodule.limit",
@@ -116,10 +123,41 @@ def last_checkpoint(callbacks: list[Callback]) -> str | None:
     return None
 
 
+def resume_checkpoint(folder: str | os.PathLike[str]) -> str | None:
+    """The newest of the :data:`RESUMABLE` checkpoints directly in ``folder``; None when it holds none."""
+    found = [p for pattern in RESUMABLE for p in Path(folder).glob(pattern) if p.is_file()]
+    return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
+
+
+def _newest_checkpoint_time(folder: Path) -> float | None:
+    """When ``folder``'s newest resumable checkpoint, or its pretraining stage's, was written."""
+    found = [resume_checkpoint(folder), resume_checkpoint(folder / "pretrain")]
+    times = [Path(p).stat().st_mtime for p in found if p]
+    return max(times) if times else None
+
+
+def last_run_folder(checkpoint_dir: str) -> Path | None:
+    """The run folder ``ckpt_path=last`` resumes: ``checkpoint_dir`` when it holds a checkpoint, else the newest
+    run of the same run name (its siblings, ``checkpoints/<run_name>/<run_id>``); None when there is none."""
+    own = Path(checkpoint_dir)
+    if _newest_checkpoint_time(own) is not None:
+        return own
+    runs = [(t, p) for p in own.parent.glob("*") if p.is_dir() and (t := _newest_checkpoint_time(p)) is not None]
+    return max(runs)[1] if runs else None
+
+
 def resume_folder(cfg: DictConfig) -> DictConfig:
-    """``cfg`` whose ``checkpoint_dir`` is the folder of ``cfg.ckpt_path`` when resuming, so the resumed run
-    writes beside its checkpoint and ModelCheckpoint restores its best score (Lightning drops it, with a
-    warning, when ``dirpath`` changed)."""
+    """``cfg`` set up to resume: ``ckpt_path=last`` becomes the newest checkpoint of :func:`last_run_folder`
+    (null, a fresh start, when there is none), and ``checkpoint_dir`` the resumed checkpoint's folder, so the
+    run writes beside it and ModelCheckpoint restores its best score (Lightning drops it, with a warning, when
+    ``dirpath`` changed). A run stopped in GFM-RAG's pretraining resumes that stage (:func:`run_train`)."""
+    if cfg.get("ckpt_path") == "last":
+        folder = last_run_folder(cfg.checkpoint_dir)
+        if folder is None:
+            log.info("ckpt_path=last: no checkpoint of %s yet; starting a new run", cfg.run_name)
+            return OmegaConf.merge(cfg, {"ckpt_path": None})
+        log.info("ckpt_path=last: resuming the run in %s", folder)
+        return OmegaConf.merge(cfg, {"checkpoint_dir": str(folder), "ckpt_path": resume_checkpoint(folder)})
     if not cfg.get("ckpt_path"):
         return cfg
     folder = str(local_checkpoint(cfg.ckpt_path).resolve().parent)
@@ -133,15 +171,20 @@ def eval_datasets(cfg: DictConfig) -> list[str]:
     return [str(name) for name in cfg.get("eval_data") or [cfg.data.name]]
 
 
-def evaluation_config(cfg: DictConfig, ckpt_path: str, dataset: str | None = None) -> DictConfig:
+def evaluation_config(cfg: DictConfig, ckpt_path: str, dataset: str | None = None, device: str = "cpu") -> DictConfig:
     """An ``eval.yaml``-shaped config: the trained checkpoint and the baselines on the test split of ``dataset``.
 
     ``dataset`` (default: the training data ``cfg.data.name``) is a registry name; another dataset than the
     training data (GLM-RAG Table 1, transfer) is read with ``cfg.data``'s root and limit and written to
-    ``<output_dir>/eval_<dataset>``; ``index.extractor`` may map dataset names to extractors.
+    ``<output_dir>/eval_<dataset>``; ``index.extractor`` may map dataset names to extractors. The checkpoint
+    runs on ``device``: the Trainer's (``cuda:0`` after GPU training).
     """
     name = dataset or cfg.data.name
-    checkpoint = {"_target_": "glmrag.retrievers.gnn_checkpoint.load_checkpoint_retriever", "ckpt_path": ckpt_path}
+    checkpoint = {
+        "_target_": "glmrag.retrievers.gnn_checkpoint.load_checkpoint_retriever",
+        "ckpt_path": ckpt_path,
+        "device": device,
+    }
     retrievers = {cfg.run_name: checkpoint}
     retrievers.update(OmegaConf.to_container(cfg.baselines, resolve=True) or {})
     # index.extractor may map each dataset to its extractor: the evaluated dataset's
@@ -184,11 +227,14 @@ def fit(cfg: DictConfig, loggers: list[Logger]) -> tuple[L.Trainer, list[Callbac
     return trainer, callbacks
 
 
-def pretrain_config(cfg: DictConfig) -> DictConfig:
-    """The KG-completion stage of GFM-RAG: ``cfg`` with the model in ``kgc`` stage and ``cfg.pretrain`` merged in."""
-    pre = OmegaConf.merge(cfg, {"model": {"stage": "kgc", "init_from": None}, "ckpt_path": None})
+def pretrain_config(cfg: DictConfig, resume: bool = False) -> DictConfig:
+    """The KG-completion stage of GFM-RAG: ``cfg`` with the model in ``kgc`` stage and ``cfg.pretrain`` merged in;
+    with ``resume``, from the stage's own newest checkpoint (if any)."""
+    folder = Path(cfg.checkpoint_dir) / "pretrain"
+    ckpt = resume_checkpoint(folder) if resume else None
+    pre = OmegaConf.merge(cfg, {"model": {"stage": "kgc", "init_from": None}, "ckpt_path": ckpt})
     pre.trainer.max_epochs = cfg.pretrain.max_epochs
-    pre.checkpoint_dir = str(Path(cfg.checkpoint_dir) / "pretrain")
+    pre.checkpoint_dir = str(folder)
     pre.output_dir = str(Path(cfg.output_dir) / "pretrain")
     return pre
 
@@ -206,10 +252,20 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     validate_train_config(cfg)
     register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
     children_die_with_parent()  # DataLoader / spaCy workers must not outlive a killed job
-    cfg = resume_folder(cfg)
+    resuming = cfg.get("ckpt_path") is not None
+    cfg = resume_folder(OmegaConf.merge(cfg, {"run_id": str(cfg.run_id)}))  # the start time, read once
+    try:
+        with job_processes(cfg.run_id):  # DDP: this job's ranks, and nothing of them left for the next job
+            return _pretrain_and_train(cfg, resume_pretraining=resuming and cfg.get("ckpt_path") is None)
+    except SIGTERMException:  # Lightning's at a SIGTERM; the preemption checkpoint is written
+        log.warning("stopped by SIGTERM; resume with the same command and ckpt_path=last")
+        raise SystemExit(PREEMPTED_EXIT_CODE) from None
+
+
+def _pretrain_and_train(cfg: DictConfig, resume_pretraining: bool) -> dict[str, Any]:
     L.seed_everything(cfg.seed, workers=True)
     if cfg.get("pretrain") and not cfg.get("ckpt_path"):
-        pre = pretrain_config(cfg)
+        pre = pretrain_config(cfg, resume=resume_pretraining)
         with closing(make_loggers(pre)) as pre_loggers:  # the fine-tuning logs into a run of its own
             _, pre_callbacks = fit(pre, pre_loggers)
         last = last_checkpoint(pre_callbacks)
@@ -231,10 +287,11 @@ def fit_and_evaluate(cfg: DictConfig, loggers: list[Logger]) -> dict[str, Any]:
     if cfg.get("test") and best:  # every rank: under DDP, test is a collective run
         trainer.test(datamodule=trainer.datamodule, ckpt_path=best, weights_only=True)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+    device = str(trainer.strategy.root_device)  # the evaluator runs the checkpoint where training ran
     evals: dict[str, EvalResult] = {}
     if cfg.get("evaluate") and best and trainer.is_global_zero:
         for name in eval_datasets(cfg):
-            eval_cfg = evaluation_config(cfg, best, name)
+            eval_cfg = evaluation_config(cfg, best, name, device)
             evals[name] = result = run_eval(eval_cfg)
             figures = evaluation_figures(result, eval_cfg.output_dir)  # PNGs beside metrics.json
             prefix = "eval" if name == cfg.data.name else f"eval/{name}"

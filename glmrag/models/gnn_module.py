@@ -166,6 +166,9 @@ class GNNRetrieverModule(RetrieverModule):
                 dropout=dropout,
             )
         )
+        if stage == "kgc":
+            for module in self.gnn.kgc_unused():
+                module.requires_grad_(False)
         self.loss_fn = functools.partial(
             gfm_rag_loss, bce_weight=bce_weight, listce_weight=listce_weight, temperature=temperature
         )
@@ -286,7 +289,15 @@ class GNNRetrieverModule(RetrieverModule):
         if self.hparams.stage != "kgc":
             return super().training_step(batch, batch_idx)
         loss = self.kgc_step(batch)
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=len(batch["triples"]))
+        self.log(
+            "train/loss",
+            loss,
+            on_step=True,
+            on_epoch=False,
+            prog_bar=True,
+            batch_size=len(batch["triples"]),
+            sync_dist=True,
+        )
         return loss
 
     def ranked_passages(self, batch: dict[str, Any], logits: torch.Tensor) -> list[list[str]]:

@@ -82,7 +82,15 @@ class RetrieverModule(LightningModule, ABC):
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         loss = self.model_step(batch)[0]
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=len(batch["real"]))
+        self.log(
+            "train/loss",
+            loss,
+            on_step=True,
+            on_epoch=False,
+            prog_bar=True,
+            batch_size=len(batch["real"]),
+            sync_dist=True,
+        )
         return loss
 
     def _eval_step(self, batch: dict[str, Any], loss_metric: MeanMetric, metrics: nn.ModuleDict) -> None:

@@ -111,6 +111,13 @@ class QueryGNN(nn.Module):
         # Entity scorer: a 2-layer MLP over [h_L, q] (GLM-RAG Table 14).
         self.readout = nn.Sequential(nn.Linear(2 * hidden, 2 * hidden), nn.ReLU(), nn.Linear(2 * hidden, 1))
 
+    def kgc_unused(self) -> list[nn.Module]:
+        """The modules :meth:`kgc_forward` never reaches: the question projection, unless GFM-RAG+'s paper
+        injection (App. B.1) feeds it the relation embedding. KG-completion freezes them, since DDP needs a
+        gradient for every trainable parameter at every step."""
+        paper_injection = self.config.use_node_features and self.config.query_injection not in HIDDEN_INJECTIONS
+        return [] if paper_injection else [self.question_proj]
+
     def reset_parameters(self) -> None:
         for module in self.modules():
             if module is not self and hasattr(module, "reset_parameters"):

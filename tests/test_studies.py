@@ -1,0 +1,119 @@
+"""Every study of ``configs/experiment/study_*.yaml`` run as a user runs it: the README's toy-scale blocks.
+
+Each block of the README's "Every study at toy scale on a CPU" runs in bash from an empty folder (with
+``train.py`` linked into it), as written: its multiruns train, test and evaluate every run of the
+sub-grid, each run files its results-store entry, and ``glmrag.jobs.report`` builds the study's report,
+whose table names every run and whose figures carry every run's line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from glmrag.data.registry import load_dataset
+from glmrag.eval.study_plots import figure_labels
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTION = ("### Every study at toy scale on a CPU", "\n## ")
+STUDIES = sorted(p.stem.removeprefix("study_") for p in (ROOT / "configs" / "experiment").glob("study_*.yaml"))
+
+pytestmark = pytest.mark.integration
+
+
+def readme_blocks() -> tuple[str, dict[str, str]]:
+    """The section's shared settings block and each study's block, by the study its report reads."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index(SECTION[0]) :]
+    section = section[: section.index(SECTION[1])]
+    blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    shared = [b for b in blocks if "train.py" not in b]
+    studies = {re.search(r"glmrag\.jobs\.report results/(\w+)", b).group(1): b for b in blocks if "train.py" in b}
+    assert len(shared) == 1, "the section starts with one block of shared settings"
+    return shared[0], studies
+
+
+SHARED, BLOCKS = readme_blocks()
+
+
+def commands(block: str) -> list[list[str]]:
+    """The block's ``train.py`` commands as argument lists (continuation lines joined, arrays left unexpanded)."""
+    joined = block.replace("\\\n", " ")
+    return [shlex.split(line) for line in joined.splitlines() if "train.py" in line]
+
+
+def expected_jobs(command: list[str], study: str, train_config) -> int:
+    """How many runs the multirun ``command`` launches: the product of its swept values' counts, the study's
+    own sweep for every key the command does not set."""
+    sweep = dict(train_config([f"experiment=study_{study}", "output_dir=x"], return_hydra_config=True).hydra.sweeper)
+    counts = {key: len(str(values).split(",")) for key, values in sweep["params"].items()}
+    for token in command:
+        key, _, value = token.partition("=")
+        if key in counts or ("," in value and not value.startswith(("[", "{"))):
+            counts[key] = len(value.split(","))
+    return math.prod(counts.values())
+
+
+def test_every_study_has_a_toy_block():
+    assert sorted(BLOCKS) == STUDIES
+    for study, block in BLOCKS.items():
+        assert all(c[:4] == ["python", "train.py", "-m", f"experiment=study_{study}"] for c in commands(block)), study
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_study_runs_through_its_report(study, glmrag_cache, tmp_path, train_config):
+    block = BLOCKS[study]
+    if "2wiki" in block:
+        try:
+            load_dataset("2wiki_dev", split="test", limit=1)
+        except (FileNotFoundError, OSError) as err:
+            pytest.skip(f"the transfer study's second dataset is not on this machine: {err}")
+    (tmp_path / "train.py").symlink_to(ROOT / "train.py")
+    env = os.environ | {
+        "GLMRAG_CACHE_DIR": str(glmrag_cache),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", f"{SHARED}\n{block}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    assert done.returncode == 0, f"exit code {done.returncode}\n{done.stderr[-6000:]}"
+
+    launched = [int(n) for n in re.findall(r"Launching (\d+) jobs locally", done.stdout + done.stderr)]
+    assert launched == [expected_jobs(c, study, train_config) for c in commands(block)]
+    jobs = sorted(p for p in (tmp_path / "outputs" / "multirun" / study).glob("*/*") if (p / ".hydra").is_dir())
+    assert len(jobs) == sum(launched)
+
+    entries = [json.loads(p.read_text()) for p in (tmp_path / "results" / study).glob("*/metrics.json")]
+    eval_sets = len(re.search(r"eval_data=\[([^]]*)\]", block).group(1).split(",")) if "eval_data=" in block else 1
+    assert len(entries) == len(jobs) * eval_sets  # every run filed once per test set
+    assert sorted({Path(e["run"]["output_dir"]).resolve() for e in entries}) == [j.resolve() for j in jobs]
+    assert all(e["run"]["study"] == study and e["reference"] in e["overall"] for e in entries)
+    run_ids = sorted(p.parent.name for p in (tmp_path / "results" / study).glob("*/metrics.json"))
+
+    report = tmp_path / "results" / study / "report"
+    table = (report / "report.md").read_text()
+    runs_csv = (report / "runs.csv").read_text()
+    for run_id in run_ids:
+        assert run_id in table and run_id in runs_csv, run_id
+    figures = sorted(report.glob("*.png"))
+    assert figures, "the report drew no figure"
+    families = {e["run"]["family"] for e in entries}
+    for figure in figures:
+        labels = set(figure_labels(figure))
+        if figure.stem in ("recall_by_hops", "recall_by_n_supporting"):  # one line per run, baselines dashed
+            assert {label for label in labels if not label.endswith("(dashed)")} == set(run_ids), figure.name
+        else:  # scaling.png, recall_by_<swept key>.png: one line per family
+            assert families <= {label.split(" (no ")[0] for label in labels}, figure.name
