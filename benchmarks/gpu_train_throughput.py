@@ -107,9 +107,10 @@ class ThroughputMeter(Callback):
 
 
 def system_config(system: str, args: argparse.Namespace, workdir: Path) -> DictConfig:
-    """The training config of ``system``: its experiment on musique100, one device, no validation or checkpoints."""
+    """The training config of ``system``: its experiment on ``--data``, one device, no validation or checkpoints."""
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose("train", [f"experiment={system}", "data=musique100", f"seed={args.seed}"])
+        overrides = [f"experiment={system}", "data=musique100", f"data.name={args.data}", f"seed={args.seed}"]
+        cfg = compose("train", overrides)
     OmegaConf.set_struct(cfg, False)
     gpu = args.device == "cuda"
     cfg.output_dir = str(workdir / system)
@@ -147,7 +148,7 @@ def measure(system: str, args: argparse.Namespace, workdir: Path) -> dict[str, A
     """Train ``system`` for ``args.steps`` steps, then validate; one row of the JSON."""
     cfg = system_config(system, args, workdir)
     L.seed_everything(cfg.seed, workers=True)
-    trainer, callbacks, _ = fit(cfg)
+    trainer, callbacks = fit(cfg, loggers=[])
     meter = next(cb for cb in callbacks if isinstance(cb, ThroughputMeter))
     timing = meter.result()
     model, datamodule = trainer.lightning_module, trainer.datamodule
@@ -186,6 +187,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--precision", default="bf16-mixed", help="Trainer precision (bf16-mixed, 32-true, ...)")
     parser.add_argument("--t5", default=None, help="a pretrained T5 for the GLM (t5-base); default: random t5-small")
     parser.add_argument("--backend", default="eager", choices=["eager", "flex"], help="the GLM's attention kernel")
+    parser.add_argument("--data", default="musique100", help="a registry dataset with OpenIE triples")
     parser.add_argument("--limit", type=int, default=None, help="first N questions of each split (default: all)")
     parser.add_argument("--workers", type=int, default=0, help="DataLoader workers")
     parser.add_argument("--seed", type=int, default=0)
@@ -209,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {
         "device": torch.cuda.get_device_name() if args.device == "cuda" else f"cpu ({platform.processor() or 'cpu'})",
         "precision": args.precision,
-        "data": "musique100" if args.limit is None else f"musique100 (first {args.limit} per split)",
+        "data": args.data if args.limit is None else f"{args.data} (first {args.limit} per split)",
         "torch": torch.__version__,
         "runs": runs,
     }

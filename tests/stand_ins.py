@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Sequence
 
 import numpy as np
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 
 class HashEncoder:
@@ -22,3 +24,18 @@ class HashEncoder:
             v = np.random.default_rng(seed).standard_normal(self.dim)
             rows.append(v / np.linalg.norm(v))
         return np.asarray(rows, dtype=np.float32).reshape(-1, self.dim)
+
+
+class ResumeProbe(Callback):
+    """A callback for a job run as a subprocess (``+callbacks.probe._target_=stand_ins.ResumeProbe``): writes
+    ``{"global_step", "best_model_score"}`` to ``path`` as JSON when training starts, after a resume has
+    restored the loops and the checkpoint callbacks."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        best = [cb.best_model_score for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint) and cb.monitor]
+        record = {"global_step": trainer.global_step, "best_model_score": [float(b) for b in best if b is not None]}
+        with open(self.path, "w") as f:
+            json.dump(record, f)

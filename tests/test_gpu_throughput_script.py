@@ -68,3 +68,20 @@ def test_arguments_are_checked():
     with pytest.raises(SystemExit):
         script.parse_args(["--device", "cpu", "--steps", "1"])  # no step left to time
     assert script.T5_SMALL == {"d_model": 512, "d_ff": 2048, "num_layers": 6, "num_heads": 8, "d_kv": 64}
+
+
+def test_cpu_smoke_run_in_process_on_a_tiny_set(tiny_musique, glmrag_cache, tmp_path):
+    """The quick default-run check of the script's code path (``fit(cfg, loggers)``, validation, JSON)."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import gpu_train_throughput as script
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    out = tmp_path / "throughput.json"
+    argv = ["--device", "cpu", "--steps", "2", "--tiny", "--precision", "32-true", "--data", tiny_musique]
+    result = script.main([*argv, "--out", str(out)])
+    assert json.loads(out.read_text()) == result and result["data"] == tiny_musique
+    assert [r["system"] for r in result["runs"]] == ["gfm_rag_plus", "glm_rag"]
+    for run in result["runs"]:
+        assert set(run) == RUN_KEYS and run["timed_steps"] == 1 and run["questions_per_s"] > 0
+        assert run["val_questions"] == 3  # musique_tiny's validation split

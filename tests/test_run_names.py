@@ -7,7 +7,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 
 import glmrag.jobs.config_path  # noqa: F401  (registers the resolver, as train.py's import of glmrag does)
-from glmrag.jobs.config_path import run_suffix
+from glmrag.jobs.config_path import MAX_SUFFIX, run_suffix
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,3 +42,15 @@ def test_eval_run_names_and_folder_safe_values():
     assert run_name("eval", ["data=toy", "retriever=[ppr]"]) == "eval-toy-retriever=ppr"
     assert run_suffix(["+model.t5=/models/t5 small", "data.split=test"]) == "-t5=_models_t5_small,split=test"
     assert run_suffix([]) == ""
+
+
+def test_long_suffixes_stay_folder_names():
+    """A toy capacity study run: every override of its command in the name was a 310-character folder name."""
+    overrides = [
+        f"capacity_pairs.{c}.t5_config={{d_model: {w}, d_ff: 32, num_layers: 1}}" for c, w in [("s", 16), ("b", 32)]
+    ]
+    long = run_suffix([*overrides, "+trainer.limit_train_batches=2", "index.embed_model=offline:all-MiniLM-L6-v2"])
+    assert len(long) == MAX_SUFFIX and long.startswith("-t5_config=_d_model_16")
+    other = run_suffix([*overrides, "+trainer.limit_train_batches=3", "index.embed_model=offline:all-MiniLM-L6-v2"])
+    assert other != long and other[:-8] == long[:-8]  # the same start, another hash
+    assert run_suffix(["model.dropout=0.1"]) == "-dropout=0.1"  # short ones unchanged

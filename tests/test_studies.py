@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
 
 from glmrag.data.registry import load_dataset
 from glmrag.eval.study_plots import figure_labels
@@ -25,6 +26,7 @@ from glmrag.eval.study_plots import figure_labels
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = ("### Every study at toy scale on a CPU", "\n## ")
 STUDIES = sorted(p.stem.removeprefix("study_") for p in (ROOT / "configs" / "experiment").glob("study_*.yaml"))
+EVAL_STUDIES = sorted(p.stem for p in (ROOT / "configs" / "eval_study").glob("*.yaml"))
 
 pytestmark = pytest.mark.integration
 
@@ -35,8 +37,9 @@ def readme_blocks() -> tuple[str, dict[str, str]]:
     section = text[text.index(SECTION[0]) :]
     section = section[: section.index(SECTION[1])]
     blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
-    shared = [b for b in blocks if "train.py" not in b]
-    studies = {re.search(r"glmrag\.jobs\.report results/(\w+)", b).group(1): b for b in blocks if "train.py" in b}
+    runs = [b for b in blocks if "train.py" in b or "eval.py" in b]
+    shared = [b for b in blocks if b not in runs]
+    studies = {re.search(r"glmrag\.jobs\.report results/(\w+)", b).group(1): b for b in runs}
     assert len(shared) == 1, "the section starts with one block of shared settings"
     return shared[0], studies
 
@@ -63,9 +66,25 @@ def expected_jobs(command: list[str], study: str, train_config) -> int:
 
 
 def test_every_study_has_a_toy_block():
-    assert sorted(BLOCKS) == STUDIES
-    for study, block in BLOCKS.items():
-        assert all(c[:4] == ["python", "train.py", "-m", f"experiment=study_{study}"] for c in commands(block)), study
+    assert sorted(BLOCKS) == sorted(STUDIES + EVAL_STUDIES)
+    for study in STUDIES:
+        assert all(c[:4] == ["python", "train.py", "-m", f"experiment=study_{study}"] for c in commands(BLOCKS[study]))
+    for study in EVAL_STUDIES:
+        assert f"python eval.py eval_study={study} " in BLOCKS[study] and not commands(BLOCKS[study])
+
+
+def run_block(study: str, cache: Path, folder: Path) -> subprocess.CompletedProcess:
+    """The README block of ``study`` after the shared settings, in bash, from ``folder`` (``train.py`` linked)."""
+    (folder / "train.py").symlink_to(ROOT / "train.py")
+    (folder / "eval.py").symlink_to(ROOT / "eval.py")
+    python = Path(sys.executable).parent  # the blocks' `python` is this interpreter
+    env = os.environ | {"GLMRAG_CACHE_DIR": str(cache), "PATH": f"{python}:{os.environ['PATH']}"}
+    script = f"{SHARED}\n{BLOCKS[study]}"
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], cwd=folder, env=env, capture_output=True, text=True, timeout=1800
+    )
+    assert done.returncode == 0, f"exit code {done.returncode}\n{done.stderr[-6000:]}"
+    return done
 
 
 @pytest.mark.parametrize("study", STUDIES)
@@ -76,20 +95,7 @@ def test_study_runs_through_its_report(study, glmrag_cache, tmp_path, train_conf
             load_dataset("2wiki_dev", split="test", limit=1)
         except (FileNotFoundError, OSError) as err:
             pytest.skip(f"the transfer study's second dataset is not on this machine: {err}")
-    (tmp_path / "train.py").symlink_to(ROOT / "train.py")
-    env = os.environ | {
-        "GLMRAG_CACHE_DIR": str(glmrag_cache),
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-    }
-    done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", f"{SHARED}\n{block}"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
-    assert done.returncode == 0, f"exit code {done.returncode}\n{done.stderr[-6000:]}"
+    done = run_block(study, glmrag_cache, tmp_path)
 
     launched = [int(n) for n in re.findall(r"Launching (\d+) jobs locally", done.stdout + done.stderr)]
     assert launched == [expected_jobs(c, study, train_config) for c in commands(block)]
@@ -117,3 +123,20 @@ def test_study_runs_through_its_report(study, glmrag_cache, tmp_path, train_conf
             assert {label for label in labels if not label.endswith("(dashed)")} == set(run_ids), figure.name
         else:  # scaling.png, recall_by_<swept key>.png: one line per family
             assert families <= {label.split(" (no ")[0] for label in labels}, figure.name
+
+
+@pytest.mark.llm  # the offline SmolLM2 reads, routes and rewrites
+@pytest.mark.parametrize("study", EVAL_STUDIES)
+def test_eval_study_runs_through_its_report(study, glmrag_cache, tmp_path):
+    run_block(study, glmrag_cache, tmp_path)
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        systems = list(compose("eval", [f"eval_study={study}", "output_dir=x"]).retriever)
+    (path,) = (tmp_path / "results" / study).glob("*/metrics.json")
+    entry = json.loads(path.read_text())
+    assert entry["systems"] == systems and entry["reference"] == study
+    report = tmp_path / "results" / study / "report"
+    table = (report / "report.md").read_text()
+    assert all(f"| {system}" in table for system in systems)
+    for name in ("recall_by_hops.png", "recall_by_n_supporting.png"):  # the run solid, its baselines dashed
+        labels = {label.removesuffix(" (dashed)") for label in figure_labels(report / name)}
+        assert labels == {path.parent.name, *systems[1:]}, name

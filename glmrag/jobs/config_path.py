@@ -10,6 +10,7 @@ command-line change (``model.hidden_channels=32``) shows in the run name and its
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from datetime import datetime
@@ -49,10 +50,16 @@ def override_key(override: str) -> str:
     return override.partition("=")[0].lstrip("+~").split("@")[0]
 
 
+MAX_SUFFIX = 120
+"""The longest run-name suffix: a run name is a folder name (at most 255 bytes on common filesystems)."""
+
+
 def run_suffix(overrides: list[str]) -> str:
     """``-hidden_channels=32,max_epochs=3`` for the overrides that change what a run measures; ``""`` if none.
 
-    Each override is named by the last part of its key; a value is made folder-safe.
+    Each override is named by the last part of its key; a value is made folder-safe. A suffix longer than
+    :data:`MAX_SUFFIX` keeps its start and ends in 8 hex digits of a hash of the whole, so distinct runs keep
+    distinct names; the store entry lists every override (``run.overrides``).
     """
     parts = []
     for override in overrides:
@@ -61,7 +68,11 @@ def run_suffix(overrides: list[str]) -> str:
             continue
         value = override.partition("=")[2].strip("[]")
         parts.append(_UNSAFE.sub("_", f"{key.split('.')[-1]}={value}"))
-    return "-" + ",".join(parts) if parts else ""
+    suffix = "-" + ",".join(parts) if parts else ""
+    if len(suffix) > MAX_SUFFIX:
+        digest = hashlib.sha256(suffix.encode()).hexdigest()[:8]
+        suffix = f"{suffix[: MAX_SUFFIX - 10]}..{digest}"
+    return suffix
 
 
 def _overrides_suffix() -> str:

@@ -11,26 +11,34 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import OnExceptionCheckpoint
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 log = logging.getLogger(__name__)
 
 
-class PreemptionCheckpoint(OnExceptionCheckpoint):
+class PreemptionCheckpoint(Callback):
     """``<dirpath>/<filename>.ckpt`` at a SIGTERM during ``fit``, written beside it and renamed.
 
     Other exceptions write nothing (the state of a step that crashed is no state to resume from), and a
     SIGTERM during ``test`` neither: the module then holds the best epoch's weights, not the last ones.
-    Unlike :class:`OnExceptionCheckpoint`, the file is kept when the run ends: it is the run's ``last.ckpt``.
+    A plain callback, not an :class:`~lightning.pytorch.callbacks.OnExceptionCheckpoint`: with one of those
+    among the callbacks, Lightning resumes every ``fit(ckpt_path=None)`` from the folder's last checkpoint,
+    and it deletes its file when the run ends.
     """
 
     def __init__(self, dirpath: str | os.PathLike[str], filename: str = "last") -> None:
-        super().__init__(dirpath, filename)
+        super().__init__()
+        if not filename:
+            raise ValueError("PreemptionCheckpoint needs a file name")
+        self.dirpath, self.filename = dirpath, filename
+
+    @property
+    def ckpt_path(self) -> str:
+        return os.path.join(self.dirpath, f"{self.filename}.ckpt")
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != TrainerFn.FITTING:
@@ -40,6 +48,3 @@ class PreemptionCheckpoint(OnExceptionCheckpoint):
         if trainer.is_global_zero:
             os.replace(partial, self.ckpt_path)  # a kill while writing leaves the previous last.ckpt whole
             log.warning("SIGTERM at global step %d: saved %s", trainer.global_step, self.ckpt_path)
-
-    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str, *args: Any) -> None:
-        """Keep the checkpoint (:class:`OnExceptionCheckpoint` deletes its file when the run ends)."""

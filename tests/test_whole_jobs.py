@@ -1,0 +1,164 @@
+"""The parts of a whole training job that are quick to check: run names, devices, resuming, run ids, DDP state.
+
+The jobs themselves run in ``tests/test_studies.py``, ``tests/test_ddp_jobs.py`` and ``tests/test_preemption.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from stand_ins import HashEncoder
+from torch import nn
+
+from glmrag.data.files import register_data
+from glmrag.index.synthetic import random_kg
+from glmrag.jobs.config_check import validate_eval_config
+from glmrag.jobs.config_path import RUN_ID_ENV, run_id
+from glmrag.jobs.launch import LAUNCH_VARIABLES, job_processes
+from glmrag.jobs.train import evaluation_config, last_run_folder, resume_checkpoint, resume_folder
+from glmrag.models.gnn_module import GNNRetrieverModule
+from glmrag.models.preemption import PreemptionCheckpoint
+from glmrag.nn.graph_inputs import graph_inputs
+from glmrag.nn.kgc import kgc_loss, sample_kgc_batch
+
+
+def test_a_run_name_with_dots_keeps_its_checkpoint(train_config, tmp_path):
+    """study_data_scaling names runs gnn-f0.5-...: the evaluation after training must find their checkpoint."""
+    cfg = train_config(["experiment=study_data_scaling", "+system=gfm_rag_star", "datamodule.train_fraction=0.5"])
+    cfg.output_dir = str(tmp_path)
+    assert "." in cfg.run_name
+    ckpt = tmp_path / "best.ckpt"
+    ckpt.write_bytes(b"")
+    register_data(cfg.data)
+    eval_cfg = evaluation_config(cfg, str(ckpt), device="cuda:1")
+    validate_eval_config(eval_cfg)  # raised "ckpt_path is not set": the run name was read as a key path
+    node = eval_cfg.retriever[cfg.run_name]
+    assert (node.ckpt_path, node.device) == (str(ckpt), "cuda:1")  # the evaluator runs where training ran
+
+
+def _touch(path, age: float = 0.0):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x")
+    stamp = time.time() - age
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def test_ckpt_path_last_resumes_the_newest_run_of_the_name(train_config, tmp_path):
+    runs = tmp_path / "checkpoints" / "gnn-musique100"
+    _touch(runs / "old" / "last.ckpt", age=300)
+    _touch(runs / "new" / "pretrain" / "last.ckpt", age=100)  # stopped in GFM-RAG's pretraining
+    cfg = train_config(["experiment=demo", "output_dir=x", "ckpt_path=last"])
+    cfg.checkpoint_dir = str(runs / "fresh")  # this start's own folder: empty
+    resumed = resume_folder(cfg)
+    assert resumed.checkpoint_dir == str(runs / "new") and resumed.ckpt_path is None  # pretraining resumes
+    assert last_run_folder(str(runs / "old")) == runs / "old"  # a folder with checkpoints is its own
+    hpc = _touch(runs / "old" / "hpc_ckpt_2.ckpt")  # SLURM's requeue checkpoint, newer than last.ckpt
+    assert resume_checkpoint(runs / "old") == str(hpc)
+    assert resume_folder(cfg).ckpt_path == str(hpc)  # now the newest run of the name
+    cfg.checkpoint_dir = str(tmp_path / "elsewhere" / "fresh")
+    assert resume_folder(cfg).ckpt_path is None  # nothing to resume: a new run, not an error
+
+
+def test_run_id_follows_the_launcher(monkeypatch):
+    for name in [n for n in os.environ if n.startswith("SLURM_")] + [RUN_ID_ENV]:
+        monkeypatch.delenv(name, raising=False)
+    assert time.strptime(run_id(), "%Y-%m-%d_%H-%M-%S")  # a start time
+    monkeypatch.setenv("SLURM_NTASKS", "8")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_JOB_NAME", "train")
+    assert run_id() == "slurm-4242"  # a requeued batch job keeps its id, so its checkpoint folder
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "4240")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
+    assert run_id() == "slurm-4240_2"
+    monkeypatch.setenv("SLURM_JOB_NAME", "bash")  # an interactive allocation: every run its own folder
+    assert run_id() != "slurm-4240_2"
+    monkeypatch.setenv(RUN_ID_ENV, "2026-01-01_00-00-00")  # a rank started by that job
+    assert run_id() == "2026-01-01_00-00-00"
+
+
+def test_a_job_leaves_no_launch_state_for_the_next(monkeypatch):
+    for name in LAUNCH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")  # the user's own, kept
+    with job_processes("run-1"):
+        assert os.environ[RUN_ID_ENV] == "run-1"
+        os.environ |= {"LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "1234", "MASTER_ADDR": "127.0.0.1"}
+    assert not {"LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT", RUN_ID_ENV} & set(os.environ)
+    assert os.environ["MASTER_ADDR"] == "10.0.0.1"
+
+
+@pytest.mark.parametrize(
+    ("use_node_features", "injection"), [(False, "all"), (True, "all"), (True, "seeds"), (True, "hidden_all")]
+)
+def test_kg_completion_gives_every_trainable_parameter_a_gradient(use_node_features, injection):
+    """DDP raises on a step that leaves a trainable parameter without a gradient (no unused-parameter search)."""
+    torch.manual_seed(0)
+    index = random_kg(30, 90, seed=3)
+    graph = graph_inputs(index, HashEncoder(16), node_features=False)
+    if use_node_features:
+        graph.node_features = torch.randn(graph.num_nodes, 16)
+    module = GNNRetrieverModule(
+        hidden_channels=8,
+        num_layers=2,
+        question_dim=16,
+        relation_dim=16,
+        node_dim=16,
+        use_node_features=use_node_features,
+        query_injection=injection,
+        stage="kgc",
+    )
+    batch = sample_kgc_batch(graph, torch.as_tensor(index.triples[:6]), None, 8, torch.Generator().manual_seed(0))
+    kgc_loss(module.gnn, graph, batch).backward()
+    missing = [n for n, p in module.named_parameters() if p.requires_grad and p.grad is None]
+    assert missing == []
+    assert any(p.requires_grad for p in module.gnn.question_proj.parameters()) == (
+        use_node_features and injection != "hidden_all"
+    )
+    qa = GNNRetrieverModule(hidden_channels=8, num_layers=2, question_dim=16, relation_dim=16, node_dim=16)
+    assert all(p.requires_grad for p in qa.parameters())  # fine-tuning trains everything
+
+
+class _Linear(L.LightningModule):
+    """A one-layer regression with a hook that plays the scheduler: SIGTERM (or an error) at a given step."""
+
+    def __init__(self, stop_at: int, error: type[BaseException]) -> None:
+        super().__init__()
+        self.layer = nn.Linear(4, 1)
+        self.stop_at, self.error = stop_at, error
+
+    def training_step(self, batch, batch_idx):
+        if self.global_step == self.stop_at:
+            if self.error is SIGTERMException:
+                self.trainer._signal_connector.received_sigterm = True  # what Lightning's SIGTERM handler sets
+            else:
+                raise self.error("a crashed step")
+        return self.layer(batch).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(torch.randn(32, 4), batch_size=4)
+
+
+@pytest.mark.parametrize("error", [SIGTERMException, RuntimeError])
+def test_preemption_checkpoint_is_written_at_sigterm_only(error, tmp_path):
+    callback = PreemptionCheckpoint(tmp_path)
+    trainer = L.Trainer(
+        max_epochs=3, callbacks=[callback], logger=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    with pytest.raises(error):
+        trainer.fit(_Linear(stop_at=5, error=error))
+    written = sorted(p.name for p in tmp_path.iterdir())
+    if error is RuntimeError:
+        assert written == []  # a crashed step's state is not resumable
+        return
+    assert written == ["last.ckpt"]  # renamed into place: no .partial left
+    ckpt = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    assert ckpt["global_step"] == 6  # the step that saw the signal is complete
