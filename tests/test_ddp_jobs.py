@@ -27,6 +27,8 @@ RUN = [
     "retriever@baselines=[ppr]",
     "logger=[csv]",
     "n_boot=50",
+    "index.embed_model=offline:all-MiniLM-L6-v2",  # the paper configs embed with the hub's mpnet
+    "index.embed_dim=384",
 ]
 GNN = ["model.hidden_channels=8", "model.num_layers=1"]
 GLM = [

@@ -48,9 +48,16 @@ SHARED, BLOCKS = readme_blocks()
 
 
 def commands(block: str) -> list[list[str]]:
-    """The block's ``train.py`` commands as argument lists (continuation lines joined, arrays left unexpanded)."""
-    joined = block.replace("\\\n", " ")
-    return [shlex.split(line) for line in joined.splitlines() if "train.py" in line]
+    """The block's ``train.py`` commands as argument lists: continuation lines joined, and each ``"${NAME[@]}"``
+    replaced by the array ``NAME=(...)`` that the shared block or this one defines, as bash expands it."""
+    arrays = {name: shlex.split(body) for name, body in re.findall(r"^(\w+)=\((.*?)\)$", SHARED + block, re.S | re.M)}
+    out = []
+    for line in block.replace("\\\n", " ").splitlines():
+        if "train.py" in line:
+            tokens = shlex.split(line)
+            expanded = [arrays[t[2:-4]] if re.fullmatch(r"\$\{\w+\[@\]\}", t) else [t] for t in tokens]
+            out.append([t for part in expanded for t in part])
+    return out
 
 
 def expected_jobs(command: list[str], study: str, train_config) -> int:

@@ -17,7 +17,7 @@ from torch import nn
 
 from glmrag.data.files import register_data
 from glmrag.index.synthetic import random_kg
-from glmrag.jobs.config_check import validate_eval_config
+from glmrag.jobs.config_check import validate_eval_config, validate_train_config
 from glmrag.jobs.config_path import RUN_ID_ENV, run_id
 from glmrag.jobs.launch import LAUNCH_VARIABLES, job_processes
 from glmrag.jobs.train import evaluation_config, last_run_folder, resume_checkpoint, resume_folder
@@ -55,6 +55,7 @@ def test_ckpt_path_last_resumes_the_newest_run_of_the_name(train_config, tmp_pat
     _touch(runs / "new" / "pretrain" / "last.ckpt", age=100)  # stopped in GFM-RAG's pretraining
     cfg = train_config(["experiment=demo", "output_dir=x", "ckpt_path=last"])
     cfg.checkpoint_dir = str(runs / "fresh")  # this start's own folder: empty
+    validate_train_config(cfg)  # `last` is no file name to check
     resumed = resume_folder(cfg)
     assert resumed.checkpoint_dir == str(runs / "new") and resumed.ckpt_path is None  # pretraining resumes
     assert last_run_folder(str(runs / "old")) == runs / "old"  # a folder with checkpoints is its own

@@ -88,5 +88,5 @@ def validate_train_config(cfg: DictConfig) -> None:
     positive_int(cfg, "data.limit", allow_none=True)
     if not _is_int(OmegaConf.select(cfg, "seed")):
         raise ConfigError(f"seed={OmegaConf.select(cfg, 'seed')!r}: must be an integer")
-    if cfg.get("ckpt_path") is not None:
+    if cfg.get("ckpt_path") not in (None, "last"):  # last: the newest checkpoint of the run, if any
         check_checkpoint(cfg.ckpt_path, "ckpt_path")

@@ -289,15 +289,7 @@ class GNNRetrieverModule(RetrieverModule):
         if self.hparams.stage != "kgc":
             return super().training_step(batch, batch_idx)
         loss = self.kgc_step(batch)
-        self.log(
-            "train/loss",
-            loss,
-            on_step=True,
-            on_epoch=False,
-            prog_bar=True,
-            batch_size=len(batch["triples"]),
-            sync_dist=True,
-        )
+        self.log_train_loss(loss, len(batch["triples"]))
         return loss
 
     def ranked_passages(self, batch: dict[str, Any], logits: torch.Tensor) -> list[list[str]]:

@@ -82,16 +82,12 @@ class RetrieverModule(LightningModule, ABC):
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         loss = self.model_step(batch)[0]
-        self.log(
-            "train/loss",
-            loss,
-            on_step=True,
-            on_epoch=False,
-            prog_bar=True,
-            batch_size=len(batch["real"]),
-            sync_dist=True,
-        )
+        self.log_train_loss(loss, len(batch["real"]))
         return loss
+
+    def log_train_loss(self, loss: torch.Tensor, batch_size: int) -> None:
+        """``train/loss`` of the step, averaged over the DDP ranks: the global batch's loss, as one process logs it."""
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=batch_size, sync_dist=True)
 
     def _eval_step(self, batch: dict[str, Any], loss_metric: MeanMetric, metrics: nn.ModuleDict) -> None:
         loss, logits = self.model_step(batch)
