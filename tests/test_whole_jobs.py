@@ -104,16 +104,8 @@ def test_kg_completion_gives_every_trainable_parameter_a_gradient(use_node_featu
     graph = graph_inputs(index, HashEncoder(16), node_features=False)
     if use_node_features:
         graph.node_features = torch.randn(graph.num_nodes, 16)
-    module = GNNRetrieverModule(
-        hidden_channels=8,
-        num_layers=2,
-        question_dim=16,
-        relation_dim=16,
-        node_dim=16,
-        use_node_features=use_node_features,
-        query_injection=injection,
-        stage="kgc",
-    )
+    sizes = {"hidden_channels": 8, "num_layers": 2, "question_dim": 16, "relation_dim": 16, "node_dim": 16}
+    module = GNNRetrieverModule(**sizes, use_node_features=use_node_features, query_injection=injection, stage="kgc")
     batch = sample_kgc_batch(graph, torch.as_tensor(index.triples[:6]), None, 8, torch.Generator().manual_seed(0))
     kgc_loss(module.gnn, graph, batch).backward()
     missing = [n for n, p in module.named_parameters() if p.requires_grad and p.grad is None]
@@ -121,7 +113,7 @@ def test_kg_completion_gives_every_trainable_parameter_a_gradient(use_node_featu
     assert any(p.requires_grad for p in module.gnn.question_proj.parameters()) == (
         use_node_features and injection != "hidden_all"
     )
-    qa = GNNRetrieverModule(hidden_channels=8, num_layers=2, question_dim=16, relation_dim=16, node_dim=16)
+    qa = GNNRetrieverModule(**sizes)
     assert all(p.requires_grad for p in qa.parameters())  # fine-tuning trains everything
 
 

@@ -123,17 +123,21 @@ def last_checkpoint(callbacks: list[Callback]) -> str | None:
     return None
 
 
+def _resumable(folder: Path) -> list[tuple[float, Path]]:
+    """(modification time, path) of the :data:`RESUMABLE` checkpoints directly in ``folder``."""
+    return [(p.stat().st_mtime, p) for pattern in RESUMABLE for p in folder.glob(pattern) if p.is_file()]
+
+
 def resume_checkpoint(folder: str | os.PathLike[str]) -> str | None:
     """The newest of the :data:`RESUMABLE` checkpoints directly in ``folder``; None when it holds none."""
-    found = [p for pattern in RESUMABLE for p in Path(folder).glob(pattern) if p.is_file()]
-    return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
+    found = _resumable(Path(folder))
+    return str(max(found)[1]) if found else None
 
 
 def _newest_checkpoint_time(folder: Path) -> float | None:
     """When ``folder``'s newest resumable checkpoint, or its pretraining stage's, was written."""
-    found = [resume_checkpoint(folder), resume_checkpoint(folder / "pretrain")]
-    times = [Path(p).stat().st_mtime for p in found if p]
-    return max(times) if times else None
+    found = _resumable(folder) + _resumable(folder / "pretrain")
+    return max(found)[0] if found else None
 
 
 def last_run_folder(checkpoint_dir: str) -> Path | None:
@@ -252,11 +256,11 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     validate_train_config(cfg)
     register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
     children_die_with_parent()  # DataLoader / spaCy workers must not outlive a killed job
-    resuming = cfg.get("ckpt_path") is not None
+    resume_last = cfg.get("ckpt_path") == "last"  # also the pretraining stage, if the run stopped there
     cfg = resume_folder(OmegaConf.merge(cfg, {"run_id": str(cfg.run_id)}))  # the start time, read once
     try:
         with job_processes(cfg.run_id):  # DDP: this job's ranks, and nothing of them left for the next job
-            return _pretrain_and_train(cfg, resume_pretraining=resuming and cfg.get("ckpt_path") is None)
+            return _pretrain_and_train(cfg, resume_pretraining=resume_last)
     except SIGTERMException:  # Lightning's at a SIGTERM; the preemption checkpoint is written
         log.warning("stopped by SIGTERM; resume with the same command and ckpt_path=last")
         raise SystemExit(PREEMPTED_EXIT_CODE) from None

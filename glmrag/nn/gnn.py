@@ -77,6 +77,12 @@ class GNNConfig:
     dropout: float = 0.0
     """Dropout on each layer's update before the residual (GFM-RAG uses none)."""
 
+    @property
+    def paper_injection(self) -> bool:
+        """GFM-RAG+ with App. B.1's injection: the question's sentence embedding times each entity's, through
+        ``question_proj`` (the ``hidden_*`` variants project the entities with ``node_proj`` instead)."""
+        return self.use_node_features and self.query_injection not in HIDDEN_INJECTIONS
+
     def __post_init__(self) -> None:
         for name in ("hidden_channels", "num_layers", "question_dim", "relation_dim", "node_dim"):
             if getattr(self, name) < 1:
@@ -87,8 +93,7 @@ class GNNConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"GNNConfig.dropout must lie in [0, 1), got {self.dropout}")
-        paper_injection = self.use_node_features and self.query_injection not in HIDDEN_INJECTIONS
-        if paper_injection and self.node_dim != self.question_dim:
+        if self.paper_injection and self.node_dim != self.question_dim:
             raise ValueError(
                 f"GNNConfig.query_injection={self.query_injection!r} multiplies question and entity embeddings "
                 f"(GLM-RAG App. B.1), so node_dim ({self.node_dim}) must equal question_dim ({self.question_dim}): "
@@ -115,8 +120,7 @@ class QueryGNN(nn.Module):
         """The modules :meth:`kgc_forward` never reaches: the question projection, unless GFM-RAG+'s paper
         injection (App. B.1) feeds it the relation embedding. KG-completion freezes them, since DDP needs a
         gradient for every trainable parameter at every step."""
-        paper_injection = self.config.use_node_features and self.config.query_injection not in HIDDEN_INJECTIONS
-        return [] if paper_injection else [self.question_proj]
+        return [] if self.config.paper_injection else [self.question_proj]
 
     def reset_parameters(self) -> None:
         for module in self.modules():
