@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import hashlib
 import io
@@ -12,11 +13,15 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
+import socket
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -41,23 +46,57 @@ def default_mode(directory: bool = False) -> int:
     return (0o777 if directory else 0o666) & ~_umask()
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to a temp file beside ``path``, fsync it, then rename it over ``path``."""
+def atomic_write_stream(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any]) -> Path:
+    """``write(file)`` into a temp file beside ``path``, fsync it, then rename it over ``path``: a kill at any
+    moment leaves the old ``path`` or the new one, whole (in the same folder, the rename never copies)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, default_mode())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            raise DiskFullError(path) from err
         raise
     return path
+
+
+class DiskFullError(OSError):
+    """No room left to write ``path`` (ENOSPC), with the path and the fix in the message."""
+
+    def __init__(self, path: str | os.PathLike[str], detail: str = "no space left on its filesystem") -> None:
+        super().__init__(
+            errno.ENOSPC,
+            f"{path}: {detail}; free some space there or point the output elsewhere (output_dir=..., "
+            f"checkpoint_dir=..., {CACHE_ENV}=...); files written before are kept, and none is left half-written",
+        )
+
+
+MIN_FREE_BYTES = 64 << 20
+"""Free space a job wants in each folder it writes before it starts (a few tables, checkpoints of small models)."""
+
+
+def check_room(folder: str | os.PathLike[str], what: str, min_free: int = MIN_FREE_BYTES) -> Path:
+    """:func:`check_writable`, and at least ``min_free`` bytes free there: before the work, not after it."""
+    folder = check_writable(folder, what)
+    free = shutil.disk_usage(folder).free
+    if free < min_free:
+        raise DiskFullError(
+            folder, f"{what} has {free / 2**20:.1f} MiB free, less than the {min_free >> 20} MiB a run needs"
+        )
+    return folder
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to a temp file beside ``path``, fsync it, then rename it over ``path``."""
+    return atomic_write_stream(path, lambda f: f.write(data))
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
@@ -278,12 +317,67 @@ def check_writable(folder: str | os.PathLike[str], what: str) -> Path:
     return folder
 
 
+LOCK_REPORT_SECONDS = 10.0
+"""How often a process waiting for a lock logs who holds it."""
+
+
+class LockTimeout(TimeoutError):
+    """A lock another process held for longer than the caller would wait; names the holder and the fix."""
+
+
+def _process_state(pid: int) -> str | None:
+    """The state letter of a process on this host (``T``: stopped, e.g. by Ctrl+Z); None when unknown."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def lock_holder(path: str | os.PathLike[str]) -> str:
+    """Who holds the lock at ``path``, as its exclusive holder wrote it: pid, host, since when, the command."""
+    try:
+        holder = json.loads(Path(path).read_text() or "null")
+    except (OSError, ValueError):
+        holder = None
+    if not isinstance(holder, dict):
+        return "a process that has not said who it is (readers hold it shared)"
+    text = f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('since')} ({holder.get('command')})"
+    if holder.get("host") == socket.gethostname() and _process_state(int(holder.get("pid", 0))) == "T":
+        text += f", which is STOPPED (Ctrl+Z?): resume it with `kill -CONT {holder['pid']}` or end it"
+    return text
+
+
+def _acquire(fd: int, path: str | os.PathLike[str], shared: bool, timeout: float | None, what: str) -> None:
+    """Take the ``flock``; while waiting, log the holder every :data:`LOCK_REPORT_SECONDS`, and raise
+    :class:`LockTimeout` after ``timeout`` seconds (None: wait as long as it takes)."""
+    mode = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB
+    start = time.monotonic()
+    report = start + LOCK_REPORT_SECONDS
+    while True:
+        try:
+            fcntl.flock(fd, mode)
+            return
+        except BlockingIOError:
+            pass
+        now = time.monotonic()
+        if timeout is not None and now - start >= timeout:
+            raise LockTimeout(f"{what} {path} is held by {lock_holder(path)}; gave up after {timeout:g} s")
+        if now >= report:
+            log.warning("waiting %.0f s for %s %s, held by %s", now - start, what, path, lock_holder(path))
+            report = now + LOCK_REPORT_SECONDS
+        time.sleep(0.2)
+
+
 @contextlib.contextmanager
-def file_lock(path: str | os.PathLike[str], shared: bool = False) -> Iterator[bool]:
+def file_lock(
+    path: str | os.PathLike[str], shared: bool = False, timeout: float | None = None, what: str = "the lock"
+) -> Iterator[bool]:
     """Hold an ``flock`` on ``path`` (created if needed): shared for readers, exclusive for a writer.
 
     Yields True when locked, False when the lock file cannot be created (a read-only folder: reading
     without a lock is then safe, since no one can write there either). Released when the process dies.
+    An exclusive holder writes its pid, host, start time and command into the file, which a waiting process
+    logs (every :data:`LOCK_REPORT_SECONDS`) and names in the :class:`LockTimeout` it raises after ``timeout`` s.
     """
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, default_mode())
@@ -291,8 +385,21 @@ def file_lock(path: str | os.PathLike[str], shared: bool = False) -> Iterator[bo
         yield False
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
-        yield True
+        _acquire(fd, path, shared, timeout, what)
+        if not shared:
+            holder = {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "command": " ".join(sys.argv)[:200],
+            }
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(holder).encode(), 0)
+        try:
+            yield True
+        finally:
+            if not shared:
+                os.ftruncate(fd, 0)  # released: no one is named any more
     finally:
         os.close(fd)  # closing drops the lock
 

@@ -5,6 +5,8 @@ The default run, ``python -m pytest -m "not slow" -q`` (README, ``.ci/run``), ta
 out; ``-m llm`` or ``-m integration`` selects it. ``.ci/run`` runs those as later steps.
 """
 
+import os
+
 import pytest
 
 from glmrag.index.synthetic import build_kg, random_kg
@@ -19,6 +21,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(item.get_closest_marker(name) for name in IMPLIES_SLOW) and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+
+
+CALLER_VARIABLES = ("WANDB_", "SLURM_", "GLMRAG_RUN_ID")
+"""Prefixes of the caller's environment variables that change what glmrag does (wandb's mode and key, a SLURM
+allocation's run id and launcher, a fixed run id): no test may depend on how the user's shell is set up."""
+
+
+@pytest.fixture(autouse=True)
+def hermetic_environment(monkeypatch):
+    """Each test starts without :data:`CALLER_VARIABLES`; a test sets what it needs with ``monkeypatch``."""
+    for name in [n for n in os.environ if n.startswith(CALLER_VARIABLES)]:
+        monkeypatch.delenv(name)
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ def test_a_run_name_with_dots_keeps_its_checkpoint(train_config, tmp_path):
     cfg.output_dir = str(tmp_path)
     assert "." in cfg.run_name
     ckpt = tmp_path / "best.ckpt"
-    ckpt.write_bytes(b"")
+    torch.save({}, ckpt)
     register_data(cfg.data)
     eval_cfg = evaluation_config(cfg, str(ckpt), device="cuda:1")
     validate_eval_config(eval_cfg)  # raised "ckpt_path is not set": the run name was read as a key path
@@ -43,7 +43,7 @@ def test_a_run_name_with_dots_keeps_its_checkpoint(train_config, tmp_path):
 
 def _touch(path, age: float = 0.0):
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"x")
+    torch.save({}, path)  # a whole checkpoint: ckpt_path=last skips truncated ones
     stamp = time.time() - age
     os.utime(path, (stamp, stamp))
     return path

@@ -22,7 +22,7 @@ from glmrag.eval import breakdowns as bd
 from glmrag.eval.metrics import qa_metrics
 from glmrag.eval.outputs import format_markdown, write_outputs  # re-exported
 from glmrag.eval.result import EvalResult
-from glmrag.eval.significance import LEVEL, N_BOOT, bootstrap_ci, compare_to_reference
+from glmrag.eval.significance import LEVEL, MIN_PAIRED, N_BOOT, bootstrap_ci, compare_to_reference, untested_metrics
 from glmrag.index.kg import KGIndex
 from glmrag.index.ranking_metrics import DEFAULT_KS, retrieval_metric_names, retrieval_metrics
 from glmrag.retrievers.base import Ranking
@@ -156,6 +156,7 @@ def evaluate(
     test_metrics: Sequence[str] | None = None,
     test: str = "bootstrap",
     entity_k: int = bd.ENTITY_K,
+    min_paired: int = MIN_PAIRED,
 ) -> EvalResult:
     """Measure every system on the same questions.
 
@@ -173,6 +174,7 @@ def evaluate(
             (App. H, Table 22), or Recall@ks[0] when neither k is evaluated.
         test: "bootstrap" (App. H) or "permutation".
         entity_k: top-k retrieved entities of the analysis measures.
+        min_paired: fewest paired questions a metric is tested on (below it: no test, no marker).
     """
     ks = tuple(sorted(set(int(k) for k in ks)))
     if not ks or ks[0] < 1:
@@ -222,12 +224,13 @@ def evaluate(
         test_metrics = [f"recall@{k}" for k in (2, 5) if k in ks] or [f"recall@{ks[0]}"]
         # no question with gold passages: no retrieval metric to test (the rankings are still written)
         test_metrics = [m for m in test_metrics if m in testable] if not evaluated else test_metrics
-    significance = []
+    significance, untested = [], {}
     if reference is not None:
         unknown = [m for m in test_metrics if m not in testable]
         if unknown:
             raise ValueError(f"test_metrics {unknown} cannot be tested; metrics on shared questions are {testable}")
-        significance = compare_to_reference(scores, reference, test_metrics, n_boot, seed, test)
+        significance = compare_to_reference(scores, reference, test_metrics, n_boot, seed, test, min_paired)
+        untested = untested_metrics(scores, reference, test_metrics, min_paired)
 
     return EvalResult(
         systems=systems,
@@ -247,6 +250,8 @@ def evaluate(
             "test": test,
             "tested_metrics": list(test_metrics),
             "correction": "holm-bonferroni",
+            "min_paired": min_paired,
+            "untested_metrics": untested,
             "entity_k": entity_k,
             "bfs_cutoff": bd.BFS_CUTOFF,
             "density_hops": bd.DENSITY_HOPS,

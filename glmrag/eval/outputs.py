@@ -17,9 +17,11 @@ Per-question rows then carry the totals as :func:`cost_columns` (``llm_calls``, 
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,7 +29,8 @@ from typing import TYPE_CHECKING
 from glmrag.eval.overlap import overlap_note
 from glmrag.eval.significance import Interval
 from glmrag.eval.traces import summary_lines
-from glmrag.io import atomic_write_text
+from glmrag.index.ranking import Ranking
+from glmrag.io import DiskFullError, atomic_write_text
 from glmrag.llm.base import COST_FIELDS
 
 if TYPE_CHECKING:
@@ -115,6 +118,13 @@ def format_markdown(result: EvalResult) -> str:
     if c["evaluated"] == 0:
         notes.insert(
             0, "No question has gold passages: retrieval metrics are skipped; the rankings are in per_question.jsonl."
+        )
+    untested = result.settings.get("untested_metrics") or {}
+    if result.reference is not None and untested:
+        counts = ", ".join(f"{_label(m)} on {n}" for m, n in untested.items())
+        notes.append(
+            f"No significance markers for {counts} paired question(s): a paired test needs at least "
+            f"{result.settings.get('min_paired')} (with fewer, the bootstrap has no spread to test against)."
         )
     if result.reference is not None and result.significance:
         tested = ", ".join(_label(m) for m in result.settings.get("tested_metrics", []))
@@ -262,3 +272,44 @@ def write_outputs(result: EvalResult, output_dir: str | os.PathLike) -> dict[str
     atomic_write_text(paths["per_question.jsonl"], "\n".join(lines) + "\n")
     atomic_write_text(paths["results.md"], format_markdown(result))
     return paths
+
+
+RANKINGS_FILE = "rankings.jsonl"
+"""Each system's top passages per question, written as each system finishes (:class:`RankingLog`)."""
+
+
+class RankingLog:
+    """``rankings.jsonl`` in the output folder: a system's top ``keep`` passages for every question, appended and
+    fsynced as soon as that system has ranked them all, so a failure later in the run (a full disk at the
+    tables, a crash in another system) keeps them. A failed append is cut back: no half-written line."""
+
+    def __init__(self, path: str | os.PathLike, keep: int) -> None:
+        self.path, self.keep = Path(path), keep
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("")  # this run's rankings only
+
+    def append(self, system: str, rankings: Sequence[Ranking]) -> None:
+        rows = [
+            {
+                "system": system,
+                "question_id": r.question_id,
+                "passage_ids": r.passage_ids[: self.keep],
+                "passage_scores": r.passage_scores[: self.keep],
+            }
+            for r in rankings
+        ]
+        text = "".join(json.dumps(_clean(row), allow_nan=False, ensure_ascii=False) + "\n" for row in rows)
+        data = memoryview(text.encode("utf-8"))
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        end = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        except OSError as err:
+            os.ftruncate(fd, end)
+            if err.errno == errno.ENOSPC:
+                raise DiskFullError(self.path) from err
+            raise
+        finally:
+            os.close(fd)

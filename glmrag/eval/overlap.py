@@ -10,17 +10,23 @@ evaluation config:
   MuSiQue-100 questions, 60 of them trained on: R@2 42.6 instead of 38.7 on test);
 * a ``data.split`` the checkpoint trained or selected on (``train_split`` /
   ``val_split``) is refused, unless ``allow_train_overlap=true``: then the run goes on
-  and its table says, in a warning line, which system saw which questions.
+  and its table says, in a warning line, which system saw which questions;
+* so is any scored question whose fingerprint the checkpoint records among those it trained
+  and validated on (:func:`seen_questions`): the same files under another dataset name, or
+  stored splits that do not say what the run read.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from glmrag.data.types import Question, question_fingerprint
+from glmrag.models.checkpointing import SEEN_QUESTIONS_KEY
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +34,39 @@ SEEN_SPLITS = ("train_split", "val_split")
 """A checkpoint's splits it saw: trained on, and selected (early stopping, best checkpoint) on."""
 
 
+def _load(ckpt_path: str | Path) -> dict[str, Any]:
+    return torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+
+
 def checkpoint_data(ckpt_path: str | Path) -> dict[str, Any] | None:
     """The DataModule hyper-parameters stored in a Lightning checkpoint; None when it has none."""
-    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
-    return ckpt.get("datamodule_hyper_parameters")
+    return _load(ckpt_path).get("datamodule_hyper_parameters")
+
+
+def seen_questions(
+    questions: Sequence[Question], retrievers: Mapping[str, Any], allow_overlap: bool = False
+) -> dict[str, str]:
+    """System -> how many of ``questions`` its checkpoint trained or validated on, by the question fingerprints
+    the checkpoint records (whatever the dataset is called, whatever split its settings claim).
+
+    Raises ``ValueError`` naming the checkpoint, the count, an example and the fix when any is found and
+    ``allow_overlap`` is false; returns the overlap (for the table's warning) when it is true.
+    """
+    scored = {question_fingerprint(q.question): q for q in questions}
+    found: dict[str, str] = {}
+    for name, path in _checkpoints(retrievers).items():
+        seen = scored.keys() & set(_load(path).get(SEEN_QUESTIONS_KEY, ()))
+        if not seen:
+            continue
+        example = scored[min(seen)]
+        if not allow_overlap:
+            raise ValueError(
+                f"retriever {name} ({path}) trained or validated on {len(seen)} of the {len(scored)} questions to "
+                f"score (e.g. {example.id!r}: {example.question!r}); scoring it there overstates it. Evaluate on "
+                "questions it never saw, or pass allow_train_overlap=true to flag the table"
+            )
+        found[name] = f"{len(seen)} of these {len(scored)} questions"
+    return found
 
 
 def _checkpoints(retrievers: Mapping[str, Any]) -> dict[str, str]:
@@ -64,7 +99,7 @@ def choose_split(
                     f"scoring it there overstates it. Evaluate on its held-out split (data.split="
                     f"{hp.get('test_split') or 'test'}), or pass allow_train_overlap=true to flag the table"
                 )
-            overlap[name] = split
+            overlap[name] = f"its {split} split"
     if split is None and held_out:
         splits = set(held_out.values())
         if len(splits) > 1:
@@ -76,9 +111,7 @@ def choose_split(
             ", ".join(held_out),
         )
     for name, seen in overlap.items():
-        log.warning(
-            "%s is evaluated on its own %s split (allow_train_overlap=true): its scores are inflated", name, seen
-        )
+        log.warning("%s is evaluated on %s (allow_train_overlap=true): its scores are inflated", name, seen)
     return split, overlap
 
 
@@ -86,5 +119,5 @@ def overlap_note(overlap: Mapping[str, str]) -> str | None:
     """The warning line a report prints for systems evaluated on questions they trained on."""
     if not overlap:
         return None
-    parts = ", ".join(f"{name} on its {split} split" for name, split in overlap.items())
+    parts = ", ".join(f"{name} on {what}" for name, what in overlap.items())
     return f"**Warning: evaluated on questions it trained or selected on ({parts}); its scores are inflated.**"

@@ -34,6 +34,9 @@ LEVEL = 0.95
 """Confidence level of the intervals (App. H, Table 22: 95% bootstrap CI)."""
 ALPHA = 0.05
 """Family-wise error rate for the Holm-corrected markers (App. H: * = p < .05)."""
+MIN_PAIRED = 10
+"""Fewest paired questions a metric is tested on. Below it no test is run and no marker printed: with one
+question every resample is that question, its difference has no spread, and the bootstrap p reads as 0."""
 _MAX_CELLS = 1 << 22  # resample x question indices held at once, bounding memory
 
 
@@ -189,6 +192,15 @@ def significance_marker(p_holm: float, diff: float) -> str:
     return "***" if p_holm < 0.001 else "**" if p_holm < 0.01 else "*"
 
 
+def untested_metrics(
+    scores: Mapping[str, Mapping[str, np.ndarray]], reference: str, metrics: Sequence[str], min_paired: int = MIN_PAIRED
+) -> dict[str, int]:
+    """Metric -> its number of paired questions, for the metrics :func:`compare_to_reference` leaves untested
+    because fewer than ``min_paired`` questions pair the reference with the other systems."""
+    counts = {m: len(scores[reference][m]) for m in metrics if m in scores.get(reference, {})}
+    return {m: n for m, n in counts.items() if n < min_paired and len(scores) > 1}
+
+
 def compare_to_reference(
     scores: Mapping[str, Mapping[str, np.ndarray]],
     reference: str,
@@ -196,12 +208,14 @@ def compare_to_reference(
     n_boot: int = N_BOOT,
     seed: int = 0,
     method: str = "bootstrap",
+    min_paired: int = MIN_PAIRED,
 ) -> list[Comparison]:
     """Paired tests of every other system against ``reference`` on each metric, Holm-corrected
     across the whole family (all systems x metrics), as in App. H.
 
     ``scores[system][metric]`` holds per-question scores, aligned across systems.
-    A metric missing for a system or the reference is not tested. ``method`` is
+    A metric missing for a system or the reference is not tested, nor one with fewer than
+    ``min_paired`` paired questions. ``method`` is
     ``"bootstrap"`` (App. H) or ``"permutation"``; the difference CI is always
     the paired bootstrap one.
 
@@ -220,6 +234,8 @@ def compare_to_reference(
             if metric not in scores[system] or metric not in scores[reference]:
                 continue
             x, y = np.asarray(scores[system][metric]), np.asarray(scores[reference][metric])
+            if len(x) < min_paired:
+                continue  # untested_metrics() names it, and the tables say why
             diff, p = paired_bootstrap_test(x, y, n_boot, seed)
             if method == "permutation":
                 p = paired_permutation_test(x, y, seed=seed)

@@ -227,6 +227,12 @@ def format_study_markdown(runs: Sequence[StoredRun], title: str) -> str:
         "significantly better (p < .05/.01/.001), † = significantly worse. Runs are not tested against each other."
         + ("  \nms/q: a warm retrieve() per question, one-off setup apart (glmrag/eval/timing.py)." if timed else ""),
     ]
+    untested = sorted({r.run_id for r in runs if r.evaluated and r.metrics.get("settings", {}).get("untested_metrics")})
+    if untested:
+        lines.append(
+            f"No markers for {', '.join(untested)}: fewer paired questions than a test needs (metrics.json's "
+            "settings.untested_metrics and min_paired)."
+        )
     if len(cells) < sum(1 for r in rows if r.reference):
         lines.append("Some cells were run more than once: the paper tables show the last run (by folder name).")
     return "\n".join(lines) + "\n"

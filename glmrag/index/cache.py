@@ -102,7 +102,14 @@ def get_index(dataset: Dataset, cfg: Mapping) -> KGIndex:
     embedder = Embedder(settings.embed_model, cache_dir=cache_dir) if settings.embed_model else None
     start = time.perf_counter()
     index = load_or_build(
-        folder, dataset.corpus, dataset.qa, extractor, embedder, settings, rebuild=True if cfg.get("rebuild") else None
+        folder,
+        dataset.corpus,
+        dataset.qa,
+        extractor,
+        embedder,
+        settings,
+        rebuild=True if cfg.get("rebuild") else None,
+        lock_timeout=cfg.get("lock_timeout"),
     )
     level = logging.DEBUG if folder in _READY else logging.INFO
     _READY.add(folder)

@@ -26,6 +26,7 @@ repeating it, and the temp folders of killed builds are removed before the next 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -45,7 +46,7 @@ from glmrag.index.build import FORMAT_VERSION, IndexSettings, build_index, expec
 from glmrag.index.embed import Embedder
 from glmrag.index.extractors.base import Extractor
 from glmrag.index.kg import Adjacency, EntityLink, KGIndex
-from glmrag.io import check_writable, default_mode, file_lock
+from glmrag.io import DiskFullError, check_writable, default_mode, file_lock
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
@@ -142,8 +143,10 @@ def save_index(index: KGIndex, folder: str | Path) -> Path:
             os.rename(folder, old)
         os.rename(tmp, folder)
         _fsync_dir(folder.parent)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            raise DiskFullError(folder) from err
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
@@ -298,6 +301,10 @@ def _decode(data: dict[str, bytes], manifest: dict) -> KGIndex:
     return index
 
 
+WAITED = "the index build lock (raise index.lock_timeout to wait longer)"
+"""How a lock timeout names the index lock and its setting."""
+
+
 def load_or_build(
     folder: str | Path,
     corpus: Corpus,
@@ -306,19 +313,22 @@ def load_or_build(
     embedder: Embedder | None = None,
     settings: IndexSettings | None = None,
     rebuild: bool | None = None,
+    lock_timeout: float | None = None,
 ) -> KGIndex:
     """The index of these inputs: loaded from ``folder`` when it matches, else built and saved there.
 
     ``rebuild=None`` builds a missing index and rebuilds a stale one (logging why at WARNING);
     ``True`` always rebuilds; ``False`` never does and raises :class:`StaleIndexError` instead.
-    A folder that could not be written raises ``PermissionError`` before the build, not after it.
+    A folder that could not be written raises ``PermissionError`` before the build, not after it. A run
+    waiting for another's build logs who builds; after ``lock_timeout`` seconds (None: no limit) it raises
+    :class:`~glmrag.io.LockTimeout` (a builder stopped by Ctrl+Z holds the lock until it resumes).
     """
     settings = settings or IndexSettings()
     folder = Path(folder)
     expect = expected_manifest(corpus, questions, extractor, settings)
     lock = folder.parent / f".{folder.name}.lock"
     if rebuild is not True:
-        with file_lock(lock, shared=True):  # no writer replaces the folder while it is read
+        with file_lock(lock, shared=True, timeout=lock_timeout, what=WAITED):  # no writer replaces it while read
             try:
                 return load_index(folder, expect)
             except StaleIndexError as err:
@@ -327,7 +337,7 @@ def load_or_build(
                 reason = err
     # fail before minutes of building when the result could not be saved
     check_writable(folder.parent, "index cache")
-    with file_lock(lock):  # one build per folder: a concurrent run waits here, then loads that build
+    with file_lock(lock, timeout=lock_timeout, what=WAITED):  # one build per folder: a concurrent run waits here
         if rebuild is not True:
             try:
                 index = load_index(folder, expect)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from glmrag.io import CheckpointPathError, local_checkpoint
+from glmrag.models.checkpointing import readable_checkpoint
 
 
 class ConfigError(ValueError):
@@ -25,7 +26,11 @@ def _is_int(value) -> bool:
 
 def positive_int(cfg: DictConfig, key: str, allow_none: bool = False) -> int | None:
     """``cfg.<key>`` as an int >= 1 (or None when ``allow_none``); :class:`ConfigError` otherwise."""
-    value = OmegaConf.select(cfg, key)
+    return checked_positive(OmegaConf.select(cfg, key), key, allow_none)
+
+
+def checked_positive(value, key: str, allow_none: bool = False) -> int | None:
+    """``value`` (the setting ``key``) as an int >= 1 (or None when ``allow_none``); :class:`ConfigError` otherwise."""
     if value is None and allow_none:
         return None
     if not _is_int(value) or value < 1:
@@ -48,8 +53,9 @@ def check_ks(cfg: DictConfig, key: str = "ks") -> list[int]:
 
 
 def check_checkpoint(value, key: str) -> None:
+    """A local, whole checkpoint file (not a URL, not truncated by a kill): :class:`ConfigError` naming it."""
     try:
-        local_checkpoint(value, key)
+        readable_checkpoint(local_checkpoint(value, key), key)
     except CheckpointPathError as err:
         raise ConfigError(str(err)) from err
 
@@ -62,6 +68,62 @@ def _checkpoint_nodes(retrievers: Mapping | None) -> list[tuple[str, object]]:
         for name, node in (retrievers or {}).items()
         if isinstance(node, Mapping) and "ckpt_path" in node
     ]
+
+
+def non_negative(cfg: DictConfig, key: str) -> None:
+    """``cfg.<key>``, when set, as a number >= 0 (a loss weight: a negative one trains on a negated loss)."""
+    value = OmegaConf.select(cfg, key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
+        raise ConfigError(f"{key}={value!r}: must be a number >= 0")
+
+
+LOSS_WEIGHTS = ("model.bce_weight", "model.listce_weight")
+"""The loss terms' weights (GLM-RAG Table 14 / App. B.1): each >= 0, and not all 0."""
+MODEL_SIZES = ("model.hidden_channels", "model.num_layers", "model.max_hops", "model.top_entities")
+"""Model settings that must be integers >= 1 when the model has them."""
+
+
+def check_model(cfg: DictConfig) -> None:
+    """The model's sizes, subgraph budget and loss weights: no value that trains something meaningless."""
+    for key in MODEL_SIZES:
+        if OmegaConf.select(cfg, key) is not None:
+            positive_int(cfg, key)
+    positive_int(cfg, "model.max_triplets", allow_none=True)  # null: the whole KG (GFM-RAG)
+    for key in LOSS_WEIGHTS:
+        non_negative(cfg, key)
+    weights = [OmegaConf.select(cfg, key) for key in LOSS_WEIGHTS]
+    if all(w is not None for w in weights) and sum(weights) == 0:
+        raise ConfigError(f"{' and '.join(LOSS_WEIGHTS)} are all 0: nothing would be trained; set one above 0")
+
+
+def check_epochs(cfg: DictConfig) -> None:
+    """``trainer.max_epochs`` >= 1, or -1 / null with ``trainer.max_steps`` >= 1 (Lightning's step budget)."""
+    epochs, steps = OmegaConf.select(cfg, "trainer.max_epochs"), OmegaConf.select(cfg, "trainer.max_steps")
+    if epochs in (None, -1) and _is_int(steps) and steps >= 1:
+        return
+    if not _is_int(epochs) or epochs < 1:
+        raise ConfigError(
+            f"trainer.max_epochs={epochs!r}: must be an integer >= 1 (or -1 with trainer.max_steps >= 1); "
+            "with 0 nothing is trained"
+        )
+
+
+def check_held_out(cfg: DictConfig) -> None:
+    """No split the run trains or selects on is one it tests or evaluates on, for a dataset it trains on."""
+    seen = {OmegaConf.select(cfg, f"datamodule.{key}"): key for key in ("train_split", "val_split")}
+    trained = set(OmegaConf.select(cfg, "datamodule.datasets") or [])
+    scored = {}
+    if cfg.get("test"):
+        scored[OmegaConf.select(cfg, "datamodule.test_split")] = "datamodule.test_split"
+    if cfg.get("evaluate") and trained & set(cfg.get("eval_data") or [cfg.data.name]):
+        scored[cfg.get("eval_split")] = "eval_split"
+    for split, key in seen.items():
+        if split is not None and split in scored:
+            raise ConfigError(
+                f"datamodule.{key}={split!r} is also the run's {scored[split]}: it would be scored on questions it "
+                f"trained or selected on; train on another split (e.g. datamodule.{key}="
+                f"{'train' if key == 'train_split' else 'validation'})"
+            )
 
 
 def validate_eval_config(cfg: DictConfig) -> None:
@@ -79,6 +141,9 @@ def validate_eval_config(cfg: DictConfig) -> None:
         raise ConfigError(f"max_llm_failures={failures!r}: must be null (no limit) or an integer >= 0")
     for key, value in _checkpoint_nodes(cfg.get("retriever")):
         check_checkpoint(value, key if value is not None else "ckpt_path")
+    for name, node in (cfg.get("retriever") or {}).items():
+        if isinstance(node, Mapping) and node.get("top_entities") is not None:
+            checked_positive(node.get("top_entities"), f"retriever.{name}.top_entities")
 
 
 def validate_train_config(cfg: DictConfig) -> None:
@@ -90,3 +155,7 @@ def validate_train_config(cfg: DictConfig) -> None:
         raise ConfigError(f"seed={OmegaConf.select(cfg, 'seed')!r}: must be an integer")
     if cfg.get("ckpt_path") not in (None, "last"):  # last: the newest checkpoint of the run, if any
         check_checkpoint(cfg.ckpt_path, "ckpt_path")
+    positive_int(cfg, "datamodule.limit", allow_none=True)
+    check_epochs(cfg)
+    check_model(cfg)
+    check_held_out(cfg)

@@ -28,8 +28,8 @@ from glmrag.data.types import Corpus, Question
 from glmrag.eval import EvalResult, evaluate, format_markdown, write_outputs
 from glmrag.eval.llm_failures import GuardedRetrieval, failure_summary
 from glmrag.eval.metrics import qa_metrics
-from glmrag.eval.outputs import cost_columns
-from glmrag.eval.overlap import choose_split
+from glmrag.eval.outputs import RANKINGS_FILE, RankingLog, cost_columns
+from glmrag.eval.overlap import choose_split, seen_questions
 from glmrag.eval.significance import Interval, bootstrap_ci
 from glmrag.eval.store import run_record, write_run
 from glmrag.eval.timing import timed_retrieve
@@ -37,7 +37,7 @@ from glmrag.eval.traces import add_traces
 from glmrag.index.cache import get_index
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
-from glmrag.io import children_die_with_parent
+from glmrag.io import check_room, children_die_with_parent
 from glmrag.jobs import config_path  # noqa: F401  (registers ${glmrag_overrides:}, used by the run names)
 from glmrag.jobs.config_check import validate_eval_config
 from glmrag.llm.base import COST_FIELDS, LLMBudgetExceeded, Usage, failure_budget
@@ -180,6 +180,8 @@ def run_eval(cfg: DictConfig) -> EvalResult:
     :class:`~glmrag.llm.base.LLMBudgetExceeded` is raised.
     """
     validate_eval_config(cfg)
+    check_room(cfg.output_dir, "output_dir")  # a full disk fails now, not after every system has run
+    check_room(cfg.index.cache_dir, "the index cache")
     register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
     children_die_with_parent()  # spaCy / DataLoader workers must not outlive a killed job
     with failure_budget(cfg.get("max_llm_failures")) as budget:
@@ -204,8 +206,9 @@ def _run_eval(cfg: DictConfig) -> EvalResult:
         len(dataset.corpus),
         dataset.report.summary(),
     )
-    index = get_index(full, cfg.index)
     questions = list(dataset.qa)
+    overlap |= seen_questions(questions, cfg.retriever, cfg.get("allow_train_overlap", False))
+    index = get_index(full, cfg.index)
 
     retrievers = make_retrievers(cfg.retriever)
     rankings: dict[str, list[Ranking]] = {}
@@ -214,12 +217,14 @@ def _run_eval(cfg: DictConfig) -> EvalResult:
     # top_k null: every passage is ranked, so MRR is the reciprocal rank in the full ranking
     depth = len(dataset.corpus) if cfg.top_k is None else cfg.top_k
     setup_seconds: dict[str, float | None] = {}
+    log_rankings = RankingLog(Path(cfg.output_dir) / RANKINGS_FILE, keep=max(cfg.ks))
     for name, retriever in retrievers.items():
         guarded = GuardedRetrieval(name, retriever, index, dataset.corpus, depth)
         rankings[name], setup_seconds[name], ms_per_question[name] = timed_retrieve(
             retriever, questions, index, dataset.corpus, depth, run=guarded
         )
         failed[name] = guarded.failed
+        log_rankings.append(name, rankings[name])  # kept if anything later fails (a full disk, a crash)
         setup = "not separated" if setup_seconds[name] is None else f"{setup_seconds[name]:.1f} s"
         log.info("%s: setup %s, %.1f ms per question", name, setup, ms_per_question[name])
 
@@ -277,8 +282,8 @@ def _run_eval(cfg: DictConfig) -> EvalResult:
         }
         result.settings["qa_baselines"] = baseline_scores(baselines, questions, cfg.n_boot, cfg.seed)
     result.settings["config"] = OmegaConf.to_container(cfg, resolve=True)
+    print(format_markdown(result))  # first: the table is on the screen even when the disk is full
     paths = write_outputs(result, cfg.output_dir)
-    print(format_markdown(result))
     print(f"\nwritten: {', '.join(str(p) for p in paths.values())}")
     return result
 

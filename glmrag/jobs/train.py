@@ -8,10 +8,12 @@ is filed in the results store (:mod:`glmrag.eval.store`) under ``results_dir``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import netrc
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger, WandbLogger
+from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
@@ -27,11 +30,13 @@ from glmrag.data.files import register_data
 from glmrag.eval import EvalResult
 from glmrag.eval.store import run_record, write_run
 from glmrag.eval.study_plots import evaluation_figures
-from glmrag.io import children_die_with_parent, local_checkpoint
-from glmrag.jobs.config_check import validate_train_config
+from glmrag.index.embed import Embedder
+from glmrag.io import LockTimeout, check_room, children_die_with_parent, file_lock, local_checkpoint
+from glmrag.jobs.config_check import ConfigError, validate_train_config
 from glmrag.jobs.evaluate import hydra_overrides, resolved_config_yaml, run_eval
 from glmrag.jobs.launch import job_processes
 from glmrag.jobs.loggers import closing, log_evaluation
+from glmrag.models.checkpointing import check_architecture, readable_checkpoint, whole_checkpoint
 from glmrag.models.kg_datamodule import dataset_index_config
 
 log = logging.getLogger(__name__)
@@ -124,8 +129,12 @@ def last_checkpoint(callbacks: list[Callback]) -> str | None:
 
 
 def _resumable(folder: Path) -> list[tuple[float, Path]]:
-    """(modification time, path) of the :data:`RESUMABLE` checkpoints directly in ``folder``."""
-    return [(p.stat().st_mtime, p) for pattern in RESUMABLE for p in folder.glob(pattern) if p.is_file()]
+    """(modification time, path) of the whole :data:`RESUMABLE` checkpoints directly in ``folder``; a truncated
+    one (a kill while it was written, on old glmrag or another tool) is skipped with a warning."""
+    found = [p for pattern in RESUMABLE for p in folder.glob(pattern) if p.is_file()]
+    for path in [p for p in found if not whole_checkpoint(p)]:
+        log.warning("skipping %s: truncated or not a checkpoint (%d bytes)", path, path.stat().st_size)
+    return [(p.stat().st_mtime, p) for p in found if whole_checkpoint(p)]
 
 
 def resume_checkpoint(folder: str | os.PathLike[str]) -> str | None:
@@ -170,6 +179,41 @@ def resume_folder(cfg: DictConfig) -> DictConfig:
     return OmegaConf.merge(cfg, {"checkpoint_dir": folder})
 
 
+def check_embed_dim(cfg: DictConfig) -> None:
+    """``index.embed_dim``, which sizes the model's inputs, is the size of ``index.embed_model``'s vectors
+    (the encoder is loaded once per process; the index build then reuses it)."""
+    model, dim = OmegaConf.select(cfg, "index.embed_model"), OmegaConf.select(cfg, "index.embed_dim")
+    if model and dim is not None and (size := Embedder(model).dim) != dim:
+        raise ConfigError(
+            f"index.embed_dim={dim!r}: index.embed_model={model} gives {size}-d vectors; set index.embed_dim={size}"
+        )
+
+
+class RunFolderBusy(RuntimeError):
+    """Another live run writes the same checkpoint folder (its ``last.ckpt`` would replace this run's)."""
+
+
+@contextlib.contextmanager
+def run_folder_lock(cfg: DictConfig) -> Iterator[None]:
+    """Hold ``<checkpoint_dir>``'s lock (a file beside it, naming this run) while the job runs; raise
+    :class:`RunFolderBusy` when another live run holds it. Only the launching process (rank 0) takes it:
+    the DDP ranks it starts write the same folder by design."""
+    if rank_zero_only.rank != 0:
+        yield
+        return
+    folder = Path(cfg.checkpoint_dir)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    lock = folder.parent / f".{folder.name}.lock"
+    try:
+        with file_lock(lock, timeout=0, what="the run folder lock"):
+            yield
+    except LockTimeout as err:
+        raise RunFolderBusy(
+            f"checkpoint_dir={folder} belongs to a run that is still going ({err}); two runs there would replace "
+            "each other's last.ckpt. Give this run its own folder (run_id=... or checkpoint_dir=...), or wait"
+        ) from None
+
+
 def eval_datasets(cfg: DictConfig) -> list[str]:
     """The datasets the trained model is evaluated on: ``cfg.eval_data``, else the training data."""
     return [str(name) for name in cfg.get("eval_data") or [cfg.data.name]]
@@ -205,6 +249,7 @@ def evaluation_config(cfg: DictConfig, ckpt_path: str, dataset: str | None = Non
             "top_k": None,  # the full ranking: MRR counts every position
             "n_boot": cfg.n_boot,
             "seed": cfg.seed,
+            "allow_train_overlap": bool(cfg.get("allow_train_overlap", False)),
             "qa": False,  # answering after training: python eval.py retriever=checkpoint ckpt_path=... qa=true
             "qa_baselines": [],
         }
@@ -226,7 +271,9 @@ def fit(cfg: DictConfig, loggers: list[Logger]) -> tuple[L.Trainer, list[Callbac
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     resume = cfg.get("ckpt_path")
     # weights_only: a checkpoint is data, never code (local_checkpoint refuses URLs, which Lightning would unpickle)
-    resume = str(local_checkpoint(resume)) if resume else None
+    resume = str(readable_checkpoint(local_checkpoint(resume))) if resume else None
+    if resume:
+        check_architecture(model, resume)  # a named error, not torch's size-mismatch trace
     trainer.fit(model, datamodule=datamodule, ckpt_path=resume, weights_only=True)
     return trainer, callbacks
 
@@ -254,12 +301,16 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     (``stored``; none for a fast_dev_run).
     """
     validate_train_config(cfg)
+    for folder, what in ((cfg.output_dir, "output_dir"), (cfg.index.cache_dir, "the index cache")):
+        check_room(folder, what)  # a full disk fails now, not after the training
+    check_embed_dim(cfg)
     register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
     children_die_with_parent()  # DataLoader / spaCy workers must not outlive a killed job
     resume_last = cfg.get("ckpt_path") == "last"  # also the pretraining stage, if the run stopped there
     cfg = resume_folder(OmegaConf.merge(cfg, {"run_id": str(cfg.run_id)}))  # the start time, read once
     try:
-        with job_processes(cfg.run_id):  # DDP: this job's ranks, and nothing of them left for the next job
+        # one live run per run folder; DDP: this job's ranks, and nothing of them left for the next job
+        with run_folder_lock(cfg), job_processes(cfg.run_id):
             return _pretrain_and_train(cfg, resume_pretraining=resume_last)
     except SIGTERMException:  # Lightning's at a SIGTERM; the preemption checkpoint is written
         log.warning("stopped by SIGTERM; resume with the same command and ckpt_path=last")

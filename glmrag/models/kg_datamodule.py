@@ -16,7 +16,7 @@ from lightning import LightningDataModule
 from torch.utils.data import DataLoader
 
 from glmrag.data.registry import load_dataset
-from glmrag.data.types import Question
+from glmrag.data.types import Question, question_fingerprint
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.io import plain_container
@@ -88,6 +88,11 @@ class KGDataModule(LightningDataModule, ABC):
 
     indexes: dict[str, KGIndex]
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen_questions: set[str] = set()
+        """:func:`~glmrag.data.types.question_fingerprint` of every training and validation question read."""
+
     @staticmethod
     def plain_arguments(
         datasets: Sequence[str] | str, index: Mapping[str, Any], questions: Mapping[str, Any]
@@ -118,6 +123,8 @@ class KGDataModule(LightningDataModule, ABC):
         questions = list(load_dataset(name, split=hp[split_name], limit=hp.limit, root=hp.root).qa)
         if split_name == "train_split":
             questions = fraction_of(questions, hp.train_fraction, hp.seed)
+        if split_name in ("train_split", "val_split"):
+            self.seen_questions.update(question_fingerprint(q.question) for q in questions)
         return questions
 
     def _index_cfg(self, name: str) -> dict[str, Any]:

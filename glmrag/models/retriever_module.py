@@ -24,6 +24,7 @@ from torchmetrics import MaxMetric, MeanMetric, Metric
 
 from glmrag.index.ranking import RANKERS
 from glmrag.index.ranking_metrics import retrieval_metrics
+from glmrag.models.checkpointing import SEEN_QUESTIONS_KEY
 
 BEST_METRIC = "recall@2"
 """The headline metric (GLM-RAG §5) whose best value is logged as ``val/recall@2_best``."""
@@ -125,6 +126,14 @@ class RetrieverModule(LightningModule, ABC):
 
     def on_test_epoch_end(self) -> None:
         self._log_epoch("test", self.test_loss, self.test_metrics)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Record the fingerprints of the questions the run trained and validated on (the evaluator refuses
+        to score them, whatever the dataset is called: :mod:`glmrag.eval.overlap`)."""
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        seen = getattr(datamodule, "seen_questions", None)
+        if seen is not None:
+            checkpoint[SEEN_QUESTIONS_KEY] = sorted(seen)
 
     def configure_optimizers(self) -> Any:
         optimizer = self.optimizer_factory(params=self.parameter_groups())

@@ -46,6 +46,7 @@ def result(index, questions):
         question_embeddings=q_emb,
         n_boot=200,
         answers_by_system=answers,
+        min_paired=2,  # six questions: the test mechanics, not a claim (MIN_PAIRED guards real tables)
     )
 
 
@@ -99,7 +100,9 @@ def test_significance_table(result):
 def test_qa_can_be_tested(index, questions):
     rankings = {"glm": rank(GLM, True), "dense": rank(DENSE, False)}
     answers = {"glm": {q.id: "b" for q in questions}, "dense": {q.id: "zzz" for q in questions}}
-    res = evaluate(rankings, questions, index, reference="glm", answers_by_system=answers, test_metrics=["em", "f1"])
+    res = evaluate(
+        rankings, questions, index, reference="glm", answers_by_system=answers, test_metrics=["em", "f1"], min_paired=2
+    )
     assert [c.metric for c in res.significance] == ["em", "f1"]
     assert res.overall["dense"]["em"].n == 6 and res.overall["glm"]["em"].mean == pytest.approx(1 / 6)
 

@@ -122,7 +122,7 @@ def read_json_or_lines(path: PathLike) -> Any:
         return read_jsonl(path)
     text = read_text(path)
     try:
-        return json.loads(text)
+        return checked_json(text, path)  # the checks read_json and read_jsonl make: one reader, one set
     except json.JSONDecodeError as e:
         if e.msg != "Extra data":
             return read_json(path)  # raises the error that names line and column

@@ -1,0 +1,146 @@
+"""Checkpoints and run folders under attack and accident (issue 22, probes 52-60): a checkpoint naming files
+outside its run folder, a kill while last.ckpt is written, two runs in one folder, a moved run folder, and a
+resume with another architecture. Each runs ``run_train`` on musique_tiny (16 questions) in seconds."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from glmrag.jobs.config_check import ConfigError
+from glmrag.jobs.train import RunFolderBusy, resume_checkpoint, run_folder_lock, run_train
+from glmrag.models.checkpointing import AtomicCheckpointIO, CheckpointMismatchError
+from tests.chaos.conftest import compose_config
+
+pytestmark = pytest.mark.chaos
+
+MONITORED = "val/recall@2"
+
+
+def job(tiny: str, tmp: Path, *extra: str) -> list[str]:
+    """A two-epoch GFM-RAG+ demo at learning rate 0 (the validation metric never improves after epoch 0)."""
+    return [
+        "experiment=demo",
+        f"data.name={tiny}",
+        "model.hidden_channels=8",
+        "model.num_layers=1",
+        "model.optimizer.lr=0.0",
+        "trainer.max_epochs=2",
+        "logger=[csv]",
+        "evaluate=false",
+        "test=false",
+        "callbacks.rich_progress_bar=null",
+        f"output_dir={tmp / 'out'}",
+        f"results_dir={tmp / 'results'}",
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_musique, glmrag_cache, tmp_path_factory) -> Path:
+    """The run folder of one trained demo: ``last.ckpt`` (epoch 1) and the best, ``epoch00-*.ckpt``."""
+    tmp = tmp_path_factory.mktemp("trained")
+    run_train(compose_config("train", job(tiny_musique, tmp, f"checkpoint_dir={tmp / 'run'}")))
+    return tmp / "run"
+
+
+def copy_run(trained: Path, to: Path) -> Path:
+    shutil.copytree(trained, to)
+    return to
+
+
+def monitored_state(ckpt: dict) -> dict:
+    (key,) = [k for k in ckpt["callbacks"] if MONITORED in k]
+    return ckpt["callbacks"][key]
+
+
+@pytest.mark.parametrize(
+    ("target", "score"),
+    [("victim.txt", -1.0), ("victim2.ckpt", 1.0)],  # beaten by the next epoch: deleted; unbeatable: evaluated
+)
+def test_a_checkpoint_cannot_delete_or_choose_files_outside_its_run_folder(target, score, trained, tiny_musique, tmp_path):
+    run = copy_run(trained, tmp_path / "runs" / "run")
+    victim = tmp_path / "runs" / target
+    shutil.copy(run / "last.ckpt", victim)
+    ckpt = torch.load(run / "last.ckpt", weights_only=True)
+    outside = f"{run}/../{target}"
+    monitored_state(ckpt).update(
+        dirpath=str(run),  # Lightning restores the paths only for its own dirpath
+        best_model_path=outside,
+        kth_best_model_path=outside,
+        best_k_models={outside: torch.tensor(score)},
+        best_model_score=torch.tensor(score),
+        kth_value=torch.tensor(score),
+    )
+    torch.save(ckpt, run / "last.ckpt")
+    out = run_train(
+        compose_config("train", job(tiny_musique, tmp_path, "trainer.max_epochs=3", f"ckpt_path={run / 'last.ckpt'}"))
+    )
+    assert victim.is_file()  # Lightning deleted victim.txt
+    assert Path(out["best_checkpoint"]).parent == run  # test, evaluation and the store used victim2.ckpt
+
+
+def test_a_kill_while_last_ckpt_is_written_leaves_the_previous_one_whole(tmp_path, monkeypatch):
+    path = tmp_path / "run" / "last.ckpt"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"epoch": 1, "w": torch.ones(4)}, path)
+    real_save = torch.save
+
+    def killed(obj, f, *args, **kwargs):
+        real_save(obj, f, *args, **kwargs)
+        f.truncate(10)  # half of it on disk, then the kill
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint({"epoch": 2, "w": torch.zeros(4)}, path)
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=True)["epoch"] == 1
+    assert [p.name for p in path.parent.iterdir()] == ["last.ckpt"]  # no temp file left behind
+
+
+def test_every_trainer_writes_checkpoints_atomically():
+    import hydra
+
+    for trainer in ("default", "cpu", "ddp_cpu"):
+        cfg = compose_config("train", ["experiment=demo", f"trainer={trainer}", "output_dir=x"])
+        built = hydra.utils.instantiate(cfg.trainer, logger=False, enable_checkpointing=False)
+        assert isinstance(built.strategy.checkpoint_io, AtomicCheckpointIO), trainer
+
+
+def test_a_truncated_last_ckpt_is_named_and_skipped_by_ckpt_path_last(trained, tiny_musique, tmp_path):
+    run = copy_run(trained, tmp_path / "run")
+    older = run / "hpc_ckpt_1.ckpt"
+    shutil.copy(run / "last.ckpt", older)
+    (run / "last.ckpt").write_bytes(b"")  # what a kill during Lightning's cross-filesystem copy left
+    assert resume_checkpoint(run) == str(older)  # the newest whole one
+    with pytest.raises(ConfigError, match=r"last\.ckpt: the file is truncated"):
+        run_train(compose_config("train", job(tiny_musique, tmp_path, f"ckpt_path={run / 'last.ckpt'}")))
+
+
+def test_a_second_run_in_a_live_run_folder_is_refused(tiny_musique, tmp_path):
+    cfg = compose_config("train", job(tiny_musique, tmp_path, f"checkpoint_dir={tmp_path / 'shared'}"))
+    with run_folder_lock(cfg):  # the first run, still going
+        with pytest.raises(RunFolderBusy, match=r"shared belongs to a run that is still going .*pid \d+"):
+            run_train(cfg)
+    with run_folder_lock(cfg):  # released when the first run ended
+        pass
+
+
+def test_a_moved_run_folder_keeps_its_best_score(trained, tiny_musique, tmp_path):
+    moved = copy_run(trained, tmp_path / "elsewhere")
+    (best,) = moved.glob("epoch*.ckpt")
+    overrides = job(tiny_musique, tmp_path, "trainer.max_epochs=3", f"ckpt_path={moved / 'last.ckpt'}")
+    out = run_train(compose_config("train", overrides))
+    assert Path(out["best_checkpoint"]) == best  # epoch 2 is no better (lr 0): Lightning made it the best
+    assert torch.load(moved / "last.ckpt", weights_only=True)["epoch"] == 2
+
+
+def test_a_resume_with_another_architecture_names_the_difference(trained, tiny_musique, tmp_path):
+    run = copy_run(trained, tmp_path / "run")
+    overrides = job(tiny_musique, tmp_path, "model.hidden_channels=16", f"ckpt_path={run / 'last.ckpt'}")
+    with pytest.raises(CheckpointMismatchError, match=r"hidden_channels: 8 in the checkpoint, 16 here"):
+        run_train(compose_config("train", overrides))
