@@ -7,9 +7,9 @@ import json
 import pytest
 
 import glmrag.index.extractors.spacy_extractor as spacy_extractor
-from glmrag.data.formats.common import read_json, read_jsonl
+from glmrag.data.formats.common import CorpusBuilder, read_json, read_json_or_lines, read_jsonl, read_title_text_corpus
 from glmrag.data.formats.contexts import load_hotpotqa
-from glmrag.data.types import Corpus, DataFormatError, Passage
+from glmrag.data.types import Corpus, DataFormatError, IngestReport, Passage
 
 pytestmark = pytest.mark.chaos
 
@@ -68,3 +68,31 @@ def test_a_passage_longer_than_spacy_max_length_is_parsed_in_pieces(monkeypatch)
     out = extractor.extract(corpus)
     assert extractor.report["chunked_passages"] == 1
     assert "paris" in {e.lower() for e in out[0].entities} and out[1].passage_id == corpus[1].id
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[{"title": "T", "text": "bad \\udc00 here"}]', r"line 1: has a lone UTF-16 surrogate escape '\\\\udc00'"),
+        ("[" * 200_000 + "]" * 200_000, r"nests JSON deeper than the parser can read"),
+    ],
+    ids=["lone-surrogate", "deep-nesting"],
+)
+def test_the_importers_reader_makes_the_same_checks(tmp_path, text, message):
+    """``.json`` question and corpus files go through read_json_or_lines (issue 22, probes 80-81)."""
+    path = tmp_path / "corpus.json"
+    path.write_text(text)
+    with pytest.raises(DataFormatError, match=message):
+        read_json_or_lines(path)
+    with pytest.raises(DataFormatError, match=message):
+        read_title_text_corpus(path, CorpusBuilder(IngestReport(str(path)), titles_are_ids=False))
+
+
+def test_a_newline_in_a_title_cannot_make_two_passages_one():
+    """("Alpha\\nBeta", "Gamma") and ("Alpha", "Beta\\nGamma") hashed to one id (issue 22, probe 82)."""
+    first, second = Passage.make("Alpha\nBeta", "Gamma"), Passage.make("Alpha", "Beta\nGamma")
+    assert first.id != second.id
+    builder = CorpusBuilder(IngestReport("corpus.json"), titles_are_ids=False)
+    ids = [builder.add(p.title, p.text, "corpus.json", f"passage {i}") for i, p in enumerate((first, second))]
+    assert ids == [first.id, second.id] and "duplicate_passage" not in builder.report.counts
+    assert Passage.make("Alpha", "Beta").id == "p" + __import__("hashlib").sha1(b"Alpha\nBeta").hexdigest()[:15]

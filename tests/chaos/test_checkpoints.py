@@ -61,7 +61,9 @@ def monitored_state(ckpt: dict) -> dict:
     ("target", "score"),
     [("victim.txt", -1.0), ("victim2.ckpt", 1.0)],  # beaten by the next epoch: deleted; unbeatable: evaluated
 )
-def test_a_checkpoint_cannot_delete_or_choose_files_outside_its_run_folder(target, score, trained, tiny_musique, tmp_path):
+def test_a_checkpoint_cannot_delete_or_choose_files_outside_its_run_folder(
+    target, score, trained, tiny_musique, tmp_path
+):
     run = copy_run(trained, tmp_path / "runs" / "run")
     victim = tmp_path / "runs" / target
     shutil.copy(run / "last.ckpt", victim)

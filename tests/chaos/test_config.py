@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from glmrag.data.registry import load_dataset
 from glmrag.index.cache import get_index
 from glmrag.index.ranking_metrics import reciprocal_rank
 from glmrag.jobs.config_check import ConfigError, validate_eval_config, validate_train_config
 from glmrag.jobs.evaluate import run_eval
+from glmrag.jobs.train import run_train
 from glmrag.retrievers.dense import DenseRetriever
 from tests.chaos.conftest import compose_config
 
@@ -70,3 +72,50 @@ def test_mrr_is_computed_on_the_full_ranking(cache, tmp_path):
     assert min(expect) < 1  # a gold passage below rank 1: a ranking cut at max(ks)=1 would give 0
     assert [r["mrr"] for r in rows if r["system"] == "dense"] == pytest.approx(expect)
     assert result.overall["dense"]["mrr"].mean == pytest.approx(sum(expect) / len(expect))
+
+
+MEANINGLESS = [  # issue 22 probes 70-78: typed right, meaning nothing
+    (
+        "eval",
+        "retriever=[checkpoint] ckpt_path=CKPT retriever.checkpoint.top_entities=0",
+        r"top_entities=0: must be an",
+    ),
+    ("eval", "retriever=[checkpoint] ckpt_path=CKPT retriever.checkpoint.top_entities=-3", r"top_entities=-3"),
+    ("train", "trainer.max_epochs=0", r"trainer.max_epochs=0: must be an integer >= 1"),
+    ("train", "datamodule.limit=0", r"datamodule.limit=0: must be an integer >= 1 or null"),
+    ("train", "model.max_triplets=0", r"model.max_triplets=0: must be an integer >= 1 or null"),
+    ("train", "model.max_hops=0", r"model.max_hops=0: must be an integer >= 1"),
+    ("train", "model.bce_weight=-5", r"model.bce_weight=-5: must be a number >= 0"),
+    ("train", "model.bce_weight=0 model.listce_weight=0", r"are all 0: nothing would be trained"),
+    ("train", "experiment=glm_demo model.max_triplets=0", r"model.max_triplets=0"),
+]
+
+
+@pytest.mark.parametrize(("job", "overrides", "message"), MEANINGLESS, ids=[c[1] for c in MEANINGLESS])
+def test_meaningless_values_are_config_errors(job, overrides, message, tmp_path):
+    ckpt = tmp_path / "x.ckpt"
+    torch.save({"state_dict": {}}, ckpt)
+    extra = overrides.replace("CKPT", str(ckpt)).split()
+    if job == "train" and not extra[0].startswith("experiment="):
+        extra = ["experiment=demo", *extra]
+    cfg = compose_config(job, ["output_dir=unused", *extra])
+    with pytest.raises(ConfigError, match=message):
+        (validate_train_config if job == "train" else validate_eval_config)(cfg)
+
+
+def test_a_wrong_embed_dim_stops_the_job_before_the_index_build(tmp_path, monkeypatch):
+    monkeypatch.setattr("glmrag.jobs.train.register_data", lambda *a: pytest.fail("work started"))
+    cfg = compose_config("train", ["experiment=demo", f"output_dir={tmp_path}", "index.embed_dim=100"])
+    with pytest.raises(ConfigError, match=r"index.embed_dim=100: index.embed_model=offline:all-MiniLM-L6-v2 gives 384"):
+        run_train(cfg)
+
+
+def test_no_significance_is_claimed_on_one_question(cache, tmp_path):
+    """data=toy has one question: dense and PPR were marked ** against each other (issue 22, probe 79)."""
+    out = tmp_path / "o"
+    result = run_eval(compose_config("eval", ["data=toy", f"output_dir={out}", "retriever=[dense,ppr]", "n_boot=50"]))
+    assert result.significance == [] and result.settings["untested_metrics"] == {"recall@2": 1, "recall@5": 1}
+    table = (out / "results.md").read_text()
+    assert "\\*" not in table and "No significance markers for Recall@2 on 1, Recall@5 on 1" in table
+    assert "needs at least 10" in table
+    assert json.loads((out / "metrics.json").read_text())["significance"] == []
