@@ -301,13 +301,18 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     (``stored``; none for a fast_dev_run).
     """
     validate_train_config(cfg)
-    for folder, what in ((cfg.output_dir, "output_dir"), (cfg.index.cache_dir, "the index cache")):
-        check_room(folder, what)  # a full disk fails now, not after the training
     check_embed_dim(cfg)
     register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
     children_die_with_parent()  # DataLoader / spaCy workers must not outlive a killed job
     resume_last = cfg.get("ckpt_path") == "last"  # also the pretraining stage, if the run stopped there
     cfg = resume_folder(OmegaConf.merge(cfg, {"run_id": str(cfg.run_id)}))  # the start time, read once
+    written = {
+        "output_dir": cfg.output_dir,
+        "checkpoint_dir": cfg.checkpoint_dir,
+        "the index cache": cfg.index.cache_dir,
+    }
+    for what, folder in written.items():
+        check_room(folder, what)  # a full disk fails now, not after the training
     try:
         # one live run per run folder; DDP: this job's ranks, and nothing of them left for the next job
         with run_folder_lock(cfg), job_processes(cfg.run_id):
