@@ -18,13 +18,32 @@ length L this measures, in bf16 on the GPU, batch 1, the production code:
   the forward, as in training).
 
 Each cell: ``forward`` (no grad), ``train`` (forward + backward of the sum of
-the outputs) and ``train_ckpt`` (the same with activation checkpointing per
-T5 block): median milliseconds of ``--repeats`` runs after ``--warmup`` runs
+the outputs), ``train_ckpt`` (the same with activation checkpointing per
+T5 block), ``step`` and ``step_ckpt`` (``train`` / ``train_ckpt`` and then an
+AdamW step, lr 1e-4, no weight decay, as ``configs/model/glm.yaml``): median
+milliseconds of ``--repeats`` runs after ``--warmup`` runs
 (``torch.cuda.synchronize`` around each), and ``torch.cuda.max_memory_allocated``
-after a reset (weights and inputs included; ``extra_gib`` is the part above what
-was allocated before the cell). A CUDA out-of-memory error makes the cell "OOM".
-Attention dropout is 0 everywhere (flex has none). The first flex cells
-include ``torch.compile`` time in their warm-up only.
+after a reset (weights and inputs included, and the AdamW state of the ``step``
+modes; ``extra_gib`` is the part above what was allocated before the cell). A
+CUDA out-of-memory error makes the cell "OOM"; any other error (the model
+build included, or FlexAttention falling back to its unfused path, which
+:mod:`glmrag.nn.flex_attention` raises) is recorded in the cell and in
+``errors``, and the run goes on. Attention dropout is 0 everywhere (flex has
+none). The first flex cells include ``torch.compile`` time in their warm-up only.
+
+Precision (``--dtype``): ``bf16`` (weights and states in bf16), ``fp32``, or
+``bf16-mixed``, what ``trainer=gpu`` (``configs/trainer/gpu.yaml``) runs:
+float32 weights, the forward under ``torch.autocast(dtype=torch.bfloat16)``, the
+backward and the optimizer step outside it (Lightning's ``bf16-mixed``, which
+has no gradient scaler).
+
+Sizes (``--size``): ``full`` (t5-base and t5-large at 1,650 / 3,300 / 6,600
+tokens, every path and the three first modes), ``check`` (the part
+``benchmarks/gpu_check.sh`` times in its budget: t5-large at 3,300 and 6,600
+tokens, flex, eager, plain and plain-sdpa, 1 warm-up and 3 timed runs) and
+``dry`` (the tiny model at 64 tokens on the CPU, the paths of ``check``: the
+code path, not a measurement; ``--smoke`` is the same). Flags given override
+the preset.
 
 Graphs. By default a synthetic block pattern of ``--tokens`` tokens: triplets
 of 4 to 7 tokens (mean 5.5) in runs of 1 to ``--group-max`` triplets that share
@@ -45,6 +64,7 @@ T5 it wraps, and the bias-table gradients with activation checkpointing (``check
 false means the ``train_ckpt`` cells of that backend time a wrong backward).
 
     python benchmarks/gpu_glm.py --backend-check                          # on the H200
+    python benchmarks/gpu_glm.py --size check --dtype bf16-mixed --modes step step_ckpt --paths flex-global eager-global
     python benchmarks/gpu_glm.py --real-graphs --layouts levi.pkl --models tiny --paths plain --modes forward
     python benchmarks/gpu_glm.py --real-graphs --layouts levi.pkl --out benchmarks/results/gpu_glm_levi.json
     python benchmarks/gpu_glm.py --smoke --backend-check --out /tmp/gpu_glm_smoke.json   # CPU, tiny, < 1 min
@@ -57,12 +77,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
 import gc
 import json
 import pickle
+import signal
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +98,7 @@ from glmrag.graph.levi import GRAPH_GLOBAL, SAME_TRIPLE, TEXT_TO_TEXT, LeviLayou
 from glmrag.graph.subgraph import select_subgraph
 from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
 from glmrag.index.synthetic import random_kg
+from glmrag.io import atomic_write_text
 from glmrag.nn.flex_attention import cpu_flex_backward, eager_graph_attention, flex_graph_attention, graph_block_mask
 from glmrag.nn.glm import NUM_EXTRA_BUCKETS, GLMEncoder, GraphAttentionBias, register_glm_attention
 
@@ -90,7 +113,17 @@ TOKENS_PER_TRIPLET = 5.5
 NUM_BUCKETS = 32 + NUM_EXTRA_BUCKETS  # T5's relative position buckets + the GLM's extra ones
 PLAIN = {"plain": "eager", "plain-sdpa": "sdpa"}  # path -> attn_implementation of the HF reference
 PATHS = [*PLAIN, "flex-global", "flex-local", "eager-global", "eager-local"]
-MODES = ["forward", "train", "train_ckpt"]
+MODES = ["forward", "train", "train_ckpt", "step", "step_ckpt"]
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "bf16-mixed": torch.float32}  # --dtype -> weights
+SIZES = {
+    "full": {"models": ["t5-base", "t5-large"], "tokens": [1650, 3300, 6600], "triplets": [300, 600, 1200]}
+    | {"paths": PATHS, "modes": MODES[:3], "repeats": 5, "warmup": 2},
+    "check": {"models": ["t5-large"], "tokens": [3300, 6600], "triplets": [600, 1200]}
+    | {"paths": ["flex-global", "eager-global", "plain", "plain-sdpa"], "modes": MODES[:3], "repeats": 3, "warmup": 1},
+    "dry": {"models": ["tiny"], "tokens": [64], "triplets": [12]}
+    | {"paths": ["flex-global", "eager-global", "plain", "plain-sdpa"], "modes": MODES[:3], "repeats": 1, "warmup": 0},
+}
+"""``--size`` presets (module docstring); a flag given on the command line overrides its value."""
 KG_SIZE = (20_000, 200_000)  # entities, triples of the synthetic KG the real graphs come from
 
 
@@ -168,11 +201,14 @@ def cached_layouts(budgets: list[int], path: str | None) -> list[tuple[int, Levi
     return saved[key]
 
 
-def build_models(name: str, paths: list[str], device: torch.device, dtype: torch.dtype) -> dict[str, torch.nn.Module]:
+def build_models(
+    name: str, paths: list[str], device: torch.device, dtype: torch.dtype, errors: dict[str, str] | None = None
+) -> dict[str, torch.nn.Module]:
     """Path -> module, all with one set of randomly initialised weights of a hard-coded T5 size.
 
     The GLM paths wrap one ``T5EncoderModel``; each plain path is its own HF model whose parameters
-    are assigned that encoder's tensors (same storage, so the weights are on the device once).
+    are assigned that encoder's tensors (same storage, so the weights are on the device once). With
+    ``errors``, a path that fails to build is left out and its error is recorded there; without, it raises.
     """
     config = T5Config(vocab_size=VOCAB, dropout_rate=0.0, feed_forward_proj="relu", **CONFIGS[name])
     with torch.device(device):
@@ -180,16 +216,51 @@ def build_models(name: str, paths: list[str], device: torch.device, dtype: torch
     t5 = t5.to(device=device, dtype=dtype)
     models: dict[str, torch.nn.Module] = {}
     for path in paths:
-        if path in PLAIN:
-            with torch.device(device):
-                # A config of its own: _from_config keeps the object, and GLMEncoder sets its attention.
-                plain = T5EncoderModel._from_config(copy.deepcopy(config), attn_implementation=PLAIN[path], dtype=dtype)
-            plain.load_state_dict(t5.state_dict(), assign=True)
-            models[path] = plain.to(device=device, dtype=dtype)
-        else:
-            backend, attention = path.split("-")
-            models[path] = GLMEncoder(t5, attention=attention, backend=backend).to(device=device, dtype=dtype)
+        try:
+            models[path] = build_path(t5, config, path, device, dtype)
+        except Exception as err:
+            if errors is None:
+                raise
+            errors[path] = error_text(err)
     return models
+
+
+def build_path(
+    t5: T5EncoderModel, config: T5Config, path: str, device: torch.device, dtype: torch.dtype
+) -> torch.nn.Module:
+    """The module of one path over the weights of ``t5`` (see :func:`build_models`)."""
+    if path in PLAIN:
+        with torch.device(device):
+            # A config of its own: _from_config keeps the object, and GLMEncoder sets its attention.
+            plain = T5EncoderModel._from_config(copy.deepcopy(config), attn_implementation=PLAIN[path], dtype=dtype)
+        plain.load_state_dict(t5.state_dict(), assign=True)
+        return plain.to(device=device, dtype=dtype)
+    backend, attention = path.split("-")
+    return GLMEncoder(t5, attention=attention, backend=backend).to(device=device, dtype=dtype)
+
+
+def error_text(err: BaseException) -> str:
+    """The error and what caused it (dynamo's recompile limit, say), short enough for the JSON."""
+    text = f"{type(err).__name__}: {err}"
+    if err.__cause__ is not None:
+        text += f" (caused by {type(err.__cause__).__name__}: {err.__cause__})"
+    return text[:1500]
+
+
+@contextlib.contextmanager
+def stop_on_sigterm(on_stop: Callable[[int], None]) -> Iterator[None]:
+    """Within the block, SIGTERM (``timeout`` in ``gpu_check.sh``) calls ``on_stop`` (which records and saves
+    what is measured) and exits with 124; the previous handler is restored after the block."""
+
+    def handler(signum: int, frame: object) -> None:
+        on_stop(signum)
+        raise SystemExit(124)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def skipped_blocks(block_mask: BlockMask) -> float:
@@ -207,8 +278,10 @@ def synchronize(device: torch.device) -> None:
 
 
 def cleanup(device: torch.device) -> None:
-    gc.collect()
+    """Free the last cell's device memory before the next one's peak is read (CUDA only: a CPU run reads none,
+    and a full collection there costs more than its tiny cells)."""
     if device.type == "cuda":
+        gc.collect()
         torch.cuda.empty_cache()
 
 
@@ -235,15 +308,16 @@ def measure(step: Callable[[], None], device: torch.device, warmup: int, repeats
     return result
 
 
-def run_cell(step: Callable[[], None], device: torch.device, warmup: int, repeats: int) -> dict:
-    """``measure``, with an out-of-memory error (or any other) recorded instead of raised."""
+def run_cell(make: Callable[[], Callable[[], None]], device: torch.device, warmup: int, repeats: int) -> dict:
+    """``measure`` of the step ``make()`` returns, with an out-of-memory error (or any other, the step's set-up
+    included) recorded instead of raised."""
     try:
-        result = measure(step, device, warmup, repeats)
+        result = measure(make(), device, warmup, repeats)
     except torch.OutOfMemoryError:
         result = {"status": "OOM"}
     except Exception as err:  # a failed compile must not cost the other cells
-        text = f"{type(err).__name__}: {err}"
-        result = {"status": "OOM" if "out of memory" in text.lower() else f"error: {text[:400]}"}
+        text = error_text(err)
+        result = {"status": "OOM"} if "out of memory" in text.lower() else {"status": "error", "error": text}
     cleanup(device)
     return result
 
@@ -270,18 +344,42 @@ def encode(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Ten
     return model(input_ids=inputs["input_ids"], attention_mask=inputs["token_mask"]).last_hidden_state
 
 
-def make_step(model: torch.nn.Module, mode: str, inputs: dict[str, torch.Tensor]) -> Callable[[], None]:
-    """One forward (no grad) or one forward + backward of the sum of the outputs."""
+def make_step(
+    model: torch.nn.Module, mode: str, inputs: dict[str, torch.Tensor], autocast: torch.dtype | None = None
+) -> Callable[[], None]:
+    """One forward (no grad), one forward + backward of the sum of the outputs, or that and an AdamW step
+    (``step`` modes). With ``autocast``, the forward runs under ``torch.autocast`` in that dtype, the backward
+    and the optimizer step outside it, as Lightning's ``bf16-mixed`` does."""
+    device_type = inputs["input_ids"].device.type
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0) if mode.startswith("step") else None
+
+    def forward_context() -> contextlib.AbstractContextManager:
+        if autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type, dtype=autocast)
 
     def step() -> None:
         if mode == "forward":
-            with torch.no_grad():
+            with torch.no_grad(), forward_context():
                 encode(model, inputs)
             return
         model.zero_grad(set_to_none=True)
-        encode(model, inputs).float().sum().backward()
+        with forward_context():
+            out = encode(model, inputs)
+        out.float().sum().backward()
+        if optimizer is not None:
+            optimizer.step()
 
     return step
+
+
+def cell_step(
+    model: torch.nn.Module, mode: str, inputs: dict[str, torch.Tensor], autocast: torch.dtype | None
+) -> Callable[[], None]:
+    """The step of one cell, with the model in its mode's train/eval state and checkpointing."""
+    model.train(mode != "forward")
+    set_checkpointing(model, mode.endswith("_ckpt"))
+    return make_step(model, mode, inputs, autocast)
 
 
 def device_inputs(graph: Graph, device: torch.device) -> dict[str, torch.Tensor]:
@@ -297,30 +395,33 @@ def max_rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return float((actual.float() - expected.float()).abs().max() / expected.float().abs().max().clamp_min(1e-12))
 
 
-def backend_check(device: torch.device, dtype: torch.dtype, heads: int) -> dict:
+def backend_check(
+    device: torch.device, dtype: torch.dtype, heads: int, length: int = 300, report: dict | None = None
+) -> dict:
     """Flex against eager on the device: one attention call (float32 with gradients, and ``dtype``), a tiny
     ``GLMEncoder`` (global and local); the GLM on text positions against the plain HF T5 it wraps; and the
     bias-table gradients of the tiny GLM with activation checkpointing (``checkpoint_grads_ok``)."""
     tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 comparisons in full precision
     try:
-        return compare_backends(device, dtype, heads)
+        return compare_backends(device, dtype, heads, length, {} if report is None else report)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
-def compare_backends(device: torch.device, dtype: torch.dtype, heads: int) -> dict:
-    """The comparisons of :func:`backend_check`."""
+def compare_backends(device: torch.device, dtype: torch.dtype, heads: int, length: int, report: dict) -> dict:
+    """The comparisons of :func:`backend_check`: one attention call over ``length`` tokens, the encoders over
+    two thirds of that; each figure lands in ``report`` as soon as it is known (a step stopped by its time
+    limit keeps them)."""
     g = torch.Generator().manual_seed(0)
-    batch, length, dim = 2, 300, 64
-    key_mask = (torch.arange(length)[None] < torch.tensor([[length], [257]])).to(device)  # (2, L)
+    batch, dim = 2, 64
+    key_mask = (torch.arange(length)[None] < torch.tensor([[length], [length * 6 // 7]])).to(device)  # (2, L)
     allowed = (torch.rand(batch, length, length, generator=g) < 0.2).to(device)
     allowed = (allowed | torch.eye(length, dtype=torch.bool, device=device)) & key_mask[:, :, None]
     bucket = torch.randint(0, NUM_BUCKETS, (batch, length, length), generator=g).to(device)
     tensors = [torch.randn(batch, heads, length, dim, generator=g).to(device) for _ in range(3)]
     table = torch.randn(NUM_BUCKETS, heads, generator=g).to(device)
     rows = (key_mask[:, None, :] & allowed).any(-1)[:, :, None, None]  # (2, L, 1, 1): rows with a key
-    report = {}
     for precision in (torch.float32, dtype):
         outputs = {}
         for name, attention in (("flex", flex_graph_attention), ("eager", eager_graph_attention)):
@@ -333,7 +434,7 @@ def compare_backends(device: torch.device, dtype: torch.dtype, heads: int) -> di
             report[f"{str(precision).removeprefix('torch.')}_{what}_max_rel_err"] = max_rel_err(f, e)
 
     models = build_models("tiny", ["plain", *PATHS[2:]], device, dtype)
-    graph = device_inputs(make_graph(200, group_max=4), device)
+    graph = device_inputs(make_graph(length * 2 // 3, group_max=4), device)
     with torch.no_grad():
         for attention in ("global", "local"):
             flex, eager = (encode(models[f"{b}-{attention}"].eval(), graph) for b in ("flex", "eager"))
@@ -403,41 +504,57 @@ def markdown(cells: list[dict], modes: list[str]) -> str:
             if cell["status"] == "ok":
                 values += [f"{cell['ms_median']:.1f}", "-" if "peak_gib" not in cell else f"{cell['peak_gib']:.2f}"]
             else:
-                values += ["OOM" if cell["status"] == "OOM" else "error", ""]
+                values += [cell["status"], ""]
         lines.append(f"| {model} | {tokens:,} | {triplets:,} | {path} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["t5-base", "t5-large"], choices=sorted(CONFIGS))
-    parser.add_argument("--tokens", type=int, nargs="+", default=[1650, 3300, 6600], help="synthetic lengths L")
+    parser.add_argument("--size", default="full", choices=sorted(SIZES), help="preset; the flags below override it")
+    parser.add_argument("--models", nargs="+", choices=sorted(CONFIGS))
+    parser.add_argument("--tokens", type=int, nargs="+", help="synthetic lengths L")
     parser.add_argument("--real-graphs", action="store_true", help="real Levi graphs instead of --tokens")
-    parser.add_argument("--triplets", type=int, nargs="+", default=[300, 600, 1200], help="budgets (--real-graphs)")
+    parser.add_argument("--triplets", type=int, nargs="+", help="budgets (--real-graphs)")
     parser.add_argument("--position-mode", default="triple", choices=["triple", "path"], help="for --real-graphs")
     parser.add_argument(
         "--layouts",
         help="--real-graphs: read the Levi layouts from this pickle if it exists, else write them there "
         "(build them where the MiniLM tokenizer is installed, carry the small file to the GPU machine)",
     )
-    parser.add_argument("--paths", nargs="+", default=PATHS, choices=PATHS)
-    parser.add_argument("--modes", nargs="+", default=MODES, choices=MODES)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--paths", nargs="+", choices=PATHS)
+    parser.add_argument("--modes", nargs="+", choices=MODES)
+    parser.add_argument("--repeats", type=int)
+    parser.add_argument("--warmup", type=int)
     parser.add_argument("--group-max", type=int, default=8, help="most triplets sharing one entity (synthetic)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES), help="bf16-mixed: as trainer=gpu")
     parser.add_argument("--backend-check", action="store_true", help="compare flex and eager on the device first")
-    parser.add_argument("--smoke", action="store_true", help="tiny model, two short graphs, few runs (CPU proof)")
+    parser.add_argument("--backend-check-only", action="store_true", help="the backend check and nothing else")
+    parser.add_argument("--smoke", action="store_true", help="the same as --size dry (CPU proof)")
     parser.add_argument("--out", default="benchmarks/results/gpu_glm.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.smoke:
-        args.models, args.tokens, args.triplets, args.repeats, args.warmup = ["tiny"], [64, 160], [12, 30], 2, 1
+        args.size = "dry"
+    for key, value in SIZES[args.size].items():
+        if getattr(args, key) is None:
+            setattr(args, key, list(value) if isinstance(value, list) else value)
+    args.backend_check = args.backend_check or args.backend_check_only
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    if args.size == "dry":
         torch.set_num_threads(1)  # tiny matmuls on a shared CPU: thread hand-offs cost more than the maths
     device = torch.device(args.device)
-    dtype = torch.bfloat16 if args.dtype == "bf16" and device.type == "cuda" else torch.float32
+    on_gpu = device.type == "cuda"
+    # Weights in bf16 only on the GPU (CPU bf16 matmuls are a different, slow code path); bf16-mixed autocasts
+    # on either device, as Lightning's bf16-mixed does.
+    dtype = DTYPES[args.dtype] if on_gpu or args.dtype == "bf16-mixed" else torch.float32
+    autocast = torch.bfloat16 if args.dtype == "bf16-mixed" else None
     # Grad modes x lengths x head counts x checkpoint replays exceed dynamo's default 8 graphs per function;
-    # past the limit flex would silently run unfused, so allow more.
+    # past the limit the compiled flex kernel raises (glmrag.nn.flex_attention), so allow more.
     torch._dynamo.config.recompile_limit = 64
     torch.manual_seed(0)
     out = Path(args.out)
@@ -445,66 +562,104 @@ def main() -> None:
     # FlexAttention's CPU backward is only the unfused reference, which torch guards; CPU runs are smoke tests.
     guard = cpu_flex_backward() if device.type == "cpu" else contextlib.nullcontext()
 
-    start = time.perf_counter()
-    if args.real_graphs:
-        layouts = cached_layouts(args.triplets, args.layouts)
-        graphs = [Graph.from_layout(layout, n, args.position_mode) for n, layout in layouts]
-    else:
-        graphs = [make_graph(tokens, args.group_max) for tokens in args.tokens]
     result = {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "device": torch.cuda.get_device_name(device) if on_gpu else "cpu",
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "dtype": str(dtype).removeprefix("torch."),
+        "dtype": args.dtype if args.dtype == "bf16-mixed" else str(dtype).removeprefix("torch."),
+        "weights_dtype": str(dtype).removeprefix("torch."),
+        "autocast": None if autocast is None else str(autocast).removeprefix("torch."),
         "batch": 1,
         "num_buckets": NUM_BUCKETS,
-        "graph_source": (
-            f"levi: random_kg{KG_SIZE}, select_subgraph 2 hops, positions {args.position_mode!r}"
-            if args.real_graphs
-            else f"synthetic block pattern, {TOKENS_PER_TRIPLET} tokens per triplet"
-        ),
-        "graph_build_s": round(time.perf_counter() - start, 2),
         "args": vars(args),
         "graphs": {},
         "cells": [],
+        "errors": [],
     }
 
     def save() -> None:
-        out.write_text(json.dumps(result, indent=2) + "\n")
+        atomic_write_text(out, json.dumps(result, indent=2) + "\n")
 
-    with guard:
+    def failed(where: object, error: str) -> None:
+        result["errors"].append({"where": where, "error": error})
+        print(f"ERROR in {where}: {error}", flush=True)
+        save()
+
+    def stopped(signum: int) -> None:
+        failed("time limit", f"stopped by signal {signum} after {len(result['cells'])} cells")
+
+    with guard, stop_on_sigterm(stopped):
         if args.backend_check:
+            check = result["backend_check"] = {}
             try:
-                result["backend_check"] = backend_check(device, dtype, heads=CONFIGS[args.models[0]]["num_heads"])
+                heads = CONFIGS[args.models[0]]["num_heads"]
+                backend_check(device, dtype, heads, length=96 if args.size == "dry" else 300, report=check)
             except Exception as err:  # a failed compile is a result too
-                result["backend_check"] = {"ok": False, "error": f"{type(err).__name__}: {str(err)[:1000]}"}
-            print("backend check:", json.dumps(result["backend_check"]))
-            if not result["backend_check"]["ok"]:
-                print("BACKEND CHECK FAILED: flex and eager disagree on this device")
-            if not result["backend_check"].get("checkpoint_grads_ok", True):
-                print("CHECKPOINT GRADIENT CHECK FAILED: wrong bias-table gradients (see dtable_*; train_ckpt cells)")
+                check |= {"ok": False, "error": error_text(err)}
+            print("backend check:", json.dumps(check))
+            if "error" in check:
+                failed("backend_check", check["error"])
+            elif not check["ok"]:
+                failed(
+                    "backend_check", "BACKEND CHECK FAILED: flex and eager disagree on this device (see *_max_rel_err)"
+                )
+            if not check.get("checkpoint_grads_ok", True):
+                failed("backend_check", "CHECKPOINT GRADIENT CHECK FAILED: wrong bias-table gradients (dtable_*)")
             save()
-        # The local GLM's mask depends on the pair kinds only, so a tiny encoder's bias serves every size.
-        local = GLMEncoder.from_config(T5Config(vocab_size=VOCAB, **CONFIGS["tiny"]), attention="local").to(device)
-        for graph in graphs:
-            result["graphs"][str(graph.tokens)] = graph_summary(graph, local, device)
-        del local
+        if args.backend_check_only:
+            return result
+
+        start = time.perf_counter()
+        try:
+            if args.real_graphs:
+                layouts = cached_layouts(args.triplets, args.layouts)
+                graphs = [Graph.from_layout(layout, n, args.position_mode) for n, layout in layouts]
+            else:
+                graphs = [make_graph(tokens, args.group_max) for tokens in args.tokens]
+        except Exception as err:  # no inputs, no cells: the JSON still says why
+            failed("graphs", error_text(err))
+            return result
+        result["graph_source"] = (
+            f"levi: random_kg{KG_SIZE}, select_subgraph 2 hops, positions {args.position_mode!r}"
+            if args.real_graphs
+            else f"synthetic block pattern, {TOKENS_PER_TRIPLET} tokens per triplet"
+        )
+        result["graph_build_s"] = round(time.perf_counter() - start, 2)
+        try:
+            # The local GLM's mask depends on the pair kinds only, so a tiny encoder's bias serves every size.
+            local = GLMEncoder.from_config(T5Config(vocab_size=VOCAB, **CONFIGS["tiny"]), attention="local").to(device)
+            for graph in graphs:
+                result["graphs"][str(graph.tokens)] = graph_summary(graph, local, device)
+            del local
+        except Exception as err:
+            failed("graph_summary", error_text(err))
         save()
         for name in args.models:
-            models = build_models(name, args.paths, device, dtype)
+            build_errors: dict[str, str] = {}
+            try:
+                models = build_models(name, args.paths, device, dtype, build_errors)
+            except Exception as err:  # the shared T5 itself
+                models, build_errors = {}, dict.fromkeys(args.paths, error_text(err))
+            for path, error in build_errors.items():
+                failed({"model": name, "path": path, "stage": "build"}, error)
             for graph in graphs:
-                inputs = device_inputs(graph, device)
+                try:
+                    inputs = device_inputs(graph, device)
+                except Exception as err:
+                    failed({"model": name, "tokens": graph.tokens, "stage": "inputs"}, error_text(err))
+                    continue
                 for path, model in models.items():
                     for mode in args.modes:
                         for other in models.values():  # no gradients of earlier cells in the baseline
                             other.zero_grad(set_to_none=True)
-                        model.train(mode != "forward")
-                        set_checkpointing(model, mode == "train_ckpt")
+                        make = functools.partial(cell_step, model, mode, inputs, autocast)
                         cell = {"model": name, "tokens": graph.tokens, "triplets": graph.triplets}
                         cell |= {"path": path, "mode": mode}
-                        cell |= run_cell(make_step(model, mode, inputs), device, args.warmup, args.repeats)
+                        cell |= run_cell(make, device, args.warmup, args.repeats)
                         result["cells"].append(cell)
-                        print(json.dumps(cell))
+                        print(json.dumps({k: v for k, v in cell.items() if k != "ms_all"}), flush=True)
+                        if cell["status"] == "error":
+                            failed({k: cell[k] for k in ("model", "tokens", "path", "mode")}, cell["error"])
                         save()
                 del inputs
                 cleanup(device)
@@ -513,7 +668,8 @@ def main() -> None:
     save()
     print(f"\n{result['device']}, torch {result['torch']}, {result['dtype']}, batch 1 (written to {out})\n")
     print(markdown(result["cells"], args.modes))
+    return result
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(1 if main()["errors"] else 0)

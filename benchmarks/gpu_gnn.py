@@ -1,111 +1,291 @@
 """GNN retrieval latency and peak memory on one GPU, at 2Wiki-test size (for the H200).
 
-GLM-RAG Table 7 reports 18.6 ms and 1.3 GiB per retrieval for GFM-RAG*; the
-target here is <= 5 ms and <= 1.3 GiB on one H200. The graph has the size of
-the 2Wiki test KG (GLM-RAG Table 11: 48,779 entities, 160,950 triples, 20,748
-relations); relation features are random unit vectors (their values do not
-change the cost). For each hidden size (512 and 2048: GLM-RAG Tables 14 and 18)
-and precision it times ``--repeats`` forwards of one question after warm-up with
-CUDA events, and reads ``torch.cuda.max_memory_allocated`` over the forward
-(graph and weights included, as a retrieval needs them).
+GLM-RAG Table 7 reports 18.6 ms and 1.3 GiB per retrieval for GFM-RAG*; the target here is <= 5 ms and
+<= 1.3 GiB on one H200. The graph has the size of the 2Wiki test KG (GLM-RAG Table 11: 48,779 entities,
+160,950 triples, 20,748 relations); relation features are random unit vectors (their values do not change
+the cost). One cell per hidden size (512 and 2048: GLM-RAG Tables 14 and 18), precision (fp32; bf16 autocast),
+aggregation of :class:`~glmrag.nn.gnn_conv.QueryRelationalConv` (``materialized``: the ``(2T, B, H)`` messages
+of PyG's gather and scatter; ``fused``: one pass without them; offered when ``GNNConfig`` has an
+``aggregation`` field, else one cell of the layer as it is) and mode:
 
-    python benchmarks/gpu_gnn.py --out benchmarks/results/gpu_gnn.json
-    python benchmarks/gpu_gnn.py --device cpu --entities 2000 --triples 6000   # smoke test without a GPU
+- ``forward``: one question's forward under ``inference_mode``, as a retrieval runs it;
+- ``train``: forward and backward of a batch of ``--batch`` questions (a loss over every entity's logit).
 
-Prints one JSON object.
+Each cell times ``--repeats`` runs after ``--warmup`` (CUDA events on the GPU, wall clock on the CPU) and
+reads ``torch.cuda.max_memory_allocated`` over them (graph and weights included, as a retrieval needs
+them; ``extra_gib`` is the part above what was allocated before the cell; no memory figures on the CPU).
+A cell that fails (model build included) records its error and the run goes on; ``errors`` lists them.
+
+    python benchmarks/gpu_gnn.py --out benchmarks/results/gpu_gnn.json        # the H200, 2Wiki size
+    python benchmarks/gpu_gnn.py --size check --out $OUT/gnn.json             # benchmarks/gpu_check.sh
+    python benchmarks/gpu_gnn.py --size dry --device cpu                       # CPU proof of the code path
+
+Writes ``--out`` (JSON, rewritten after every cell) and prints it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
+import signal
 import statistics
 import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
-from bench_gnn_cpu import random_graph_inputs  # same folder: run as python benchmarks/gpu_gnn.py
 
 from glmrag.index.synthetic import power_law_index, random_questions
+from glmrag.io import atomic_write_text
+from glmrag.nn import gnn_conv
 from glmrag.nn.gnn import GNNConfig, QueryGNN
-from glmrag.nn.graph_inputs import seed_weights
+from glmrag.nn.graph_inputs import GraphInputs, graph_inputs, seed_weights
 
 ENTITIES, RELATIONS, TRIPLES, PASSAGES = 48_779, 20_748, 160_950, 6_119  # GLM-RAG Table 11
 EMBED_DIM = 384
+AGGREGATIONS = ("materialized", "fused")
+MODES = ("forward", "train")
+SIZES: dict[str, dict[str, Any]] = {
+    "full": {"hidden": [512, 2048], "precision": ["fp32", "bf16"], "modes": list(MODES), "repeats": 20},
+    "check": {"hidden": [512, 2048], "precision": ["fp32", "bf16"], "modes": list(MODES), "repeats": 5},
+    "dry": {
+        "hidden": [16],
+        "precision": ["fp32", "bf16"],
+        "modes": list(MODES),
+        "repeats": 1,
+        "warmup": 0,
+        "layers": 2,
+        "entities": 300,
+        "triples": 1_200,
+        "relations": 40,
+        "passages": 60,
+        "batch": 2,
+    },
+}
+"""``--size`` presets: the sweep (``full``), the timed part of ``gpu_check.sh`` (``check``), the CPU dry run."""
 
 
-def time_forward(model, graph, query, weight, device: str, repeats: int) -> list[float]:
-    """Milliseconds per forward, after two warm-up calls."""
+def aggregations() -> list[str | None]:
+    """The aggregations this checkout's ``GNNConfig`` offers; ``[None]`` (the layer as it is) without the field."""
+    if "aggregation" not in {f.name for f in dataclasses.fields(GNNConfig)}:
+        return [None]
+    return list(getattr(gnn_conv, "AGGREGATIONS", AGGREGATIONS))
+
+
+def random_graph_inputs(index, dim: int, seed: int = 0) -> GraphInputs:
+    """:func:`graph_inputs` with random unit relation features instead of sentence embeddings."""
+
+    class RandomEncoder:
+        def encode(self, texts):
+            gen = torch.Generator().manual_seed(seed)
+            return torch.nn.functional.normalize(torch.randn(len(texts), dim, generator=gen), dim=-1).numpy()
+
+    return graph_inputs(index, RandomEncoder(), node_features=False)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_runs(run, device: torch.device, warmup: int, repeats: int) -> list[float]:
+    """Milliseconds of each of ``repeats`` calls of ``run`` after ``warmup`` calls."""
     times = []
-    with torch.inference_mode():
-        for i in range(repeats + 2):
-            if device == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                model(graph, query, weight)
-                end.record()
-                torch.cuda.synchronize()
-                ms = start.elapsed_time(end)
-            else:
-                t = time.perf_counter()
-                model(graph, query, weight)
-                ms = 1000 * (time.perf_counter() - t)
-            if i >= 2:
-                times.append(ms)
+    for i in range(warmup + repeats):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            torch.cuda.synchronize(device)
+            ms = start.elapsed_time(end)
+        else:
+            t = time.perf_counter()
+            run()
+            ms = 1000 * (time.perf_counter() - t)
+        if i >= warmup:
+            times.append(ms)
     return times
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--hidden", type=int, nargs="+", default=[512, 2048])
-    parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
-    parser.add_argument("--layers", type=int, default=6)
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--entities", type=int, default=ENTITIES)
-    parser.add_argument("--triples", type=int, default=TRIPLES)
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args()
-    torch.manual_seed(0)
+def error_text(err: BaseException) -> str:
+    """The error and what caused it, short enough for the JSON."""
+    text = f"{type(err).__name__}: {err}"
+    if err.__cause__ is not None:
+        text += f" (caused by {type(err.__cause__).__name__}: {err.__cause__})"
+    return text[:1500]
 
-    index = power_law_index(args.entities, args.triples, RELATIONS, PASSAGES)
-    questions = random_questions(index, 1)
-    graph = random_graph_inputs(index, EMBED_DIM).to(args.device)
-    weight = seed_weights(index, [q.id for q in questions]).to(args.device)
-    query = torch.nn.functional.normalize(torch.randn(1, EMBED_DIM, device=args.device), dim=-1)
-    rows = []
-    for hidden in args.hidden:
-        for precision in args.precision:
-            dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-            model = QueryGNN(GNNConfig(hidden_channels=hidden, num_layers=args.layers)).to(args.device).eval()
-            if args.device == "cuda":
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats()
-            with torch.autocast(args.device, dtype=dtype, enabled=precision == "bf16"):
-                times = time_forward(model, graph, query, weight, args.device, args.repeats)
-            peak = torch.cuda.max_memory_allocated() / 2**30 if args.device == "cuda" else None
-            rows.append(
-                {
-                    "hidden_channels": hidden,
-                    "precision": precision,
-                    "forward_ms_median": round(statistics.median(times), 2),
-                    "forward_ms_min": round(min(times), 2),
-                    "peak_gib": None if peak is None else round(peak, 3),
-                }
-            )
-            del model
-    result = {
-        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-        "graph": {"entities": graph.num_nodes, "edges_both_directions": graph.num_edges},
-        "layers": args.layers,
-        "batch": 1,
-        "runs": rows,
+
+def measure_cell(
+    config: GNNConfig, mode: str, precision: str, inputs: dict[str, Any], device: torch.device, args
+) -> dict[str, Any]:
+    """Build the model of ``config`` and time ``mode``; memory over the timed and warm-up runs (CUDA only)."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        synchronize(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    model = QueryGNN(config).to(device)
+    graph = inputs["graph"]
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    if mode == "forward":
+        model.eval()
+        query, weight = inputs["query"][:1], inputs["weight"][:1]  # one question: a retrieval
+
+        def run() -> None:
+            with torch.inference_mode(), autocast:
+                model(graph, query, weight)
+
+    else:
+        model.train()
+        query, weight, target = inputs["query"], inputs["weight"], inputs["target"]
+
+        def run() -> None:
+            model.zero_grad(set_to_none=True)
+            with autocast:
+                logits = model(graph, query, weight)  # (B, E)
+            torch.nn.functional.binary_cross_entropy_with_logits(logits.float(), target).backward()
+
+    times = time_runs(run, device, args.warmup, args.repeats)
+    cell = {
+        "status": "ok",
+        "ms_median": round(statistics.median(times), 3),
+        "ms_min": round(min(times), 3),
+        "ms_all": [round(t, 3) for t in times],
+        "questions": len(query),
+        "peak_gib": None,
+        "extra_gib": None,
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device)
+        cell |= {"peak_gib": round(peak / 2**30, 4), "extra_gib": round((peak - base) / 2**30, 4)}
+    return cell
+
+
+@contextlib.contextmanager
+def stop_on_sigterm(on_stop: Callable[[int], None]) -> Iterator[None]:
+    """Within the block, SIGTERM (``timeout`` in ``gpu_check.sh``) calls ``on_stop`` (which records and saves
+    what is measured) and exits with 124; the previous handler is restored after the block."""
+
+    def handler(signum: int, frame: object) -> None:
+        on_stop(signum)
+        raise SystemExit(124)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="full", choices=sorted(SIZES), help="preset; the flags below override it")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--hidden", type=int, nargs="+")
+    parser.add_argument("--precision", nargs="+", choices=["fp32", "bf16"])
+    parser.add_argument("--aggregation", nargs="+", choices=AGGREGATIONS, help="default: every one GNNConfig has")
+    parser.add_argument("--modes", nargs="+", choices=MODES)
+    parser.add_argument("--layers", type=int)
+    parser.add_argument("--batch", type=int, help="questions per train step")
+    parser.add_argument("--repeats", type=int)
+    parser.add_argument("--warmup", type=int)
+    parser.add_argument("--entities", type=int)
+    parser.add_argument("--triples", type=int)
+    parser.add_argument("--relations", type=int)
+    parser.add_argument("--passages", type=int)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    defaults = {"layers": 6, "batch": 4, "warmup": 2, "entities": ENTITIES, "triples": TRIPLES}
+    defaults |= {"relations": RELATIONS, "passages": PASSAGES} | SIZES[args.size]
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    torch.manual_seed(0)
+    device = torch.device(args.device)
+    offered = aggregations()
+    result: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "size": args.size,
+        "layers": args.layers,
+        "aggregations_offered": offered,
+        "args": vars(args),
+        "cells": [],
+        "errors": [],
+    }
+
+    def save() -> None:
+        if args.out:
+            atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
+
+    def stopped(signum: int) -> None:
+        result["errors"].append({"where": "time limit", "error": f"stopped by signal {signum}"})
+        save()
+
+    with stop_on_sigterm(stopped):
+        return measure_all(args, device, result, save)
+
+
+def measure_all(
+    args: argparse.Namespace, device: torch.device, result: dict[str, Any], save: Callable[[], None]
+) -> dict[str, Any]:
+    """Build the graph, then every cell into ``result`` (saved after each); errors are recorded, not raised."""
+    try:
+        start = time.perf_counter()
+        index = power_law_index(args.entities, args.triples, args.relations, args.passages)
+        questions = random_questions(index, args.batch)
+        g = torch.Generator().manual_seed(0)
+        inputs = {
+            "graph": random_graph_inputs(index, EMBED_DIM).to(device),
+            "weight": seed_weights(index, [q.id for q in questions]).to(device),  # (B, E)
+            "query": torch.nn.functional.normalize(torch.randn(args.batch, EMBED_DIM, generator=g), dim=-1).to(device),
+            "target": (torch.rand(args.batch, index.num_entities, generator=g) < 0.001).float().to(device),
+        }
+        result["graph"] = {"entities": index.num_entities, "edges_both_directions": int(inputs["graph"].num_edges)}
+        result["graph_build_s"] = round(time.perf_counter() - start, 2)
+    except Exception as err:  # nothing to measure, but the JSON says why
+        result["errors"].append({"where": "graph", "error": error_text(err)})
+        save()
+        return result
+    save()
+
+    chosen = args.aggregation or result["aggregations_offered"]
+    for hidden in args.hidden:
+        for aggregation in chosen:
+            for precision in args.precision:
+                for mode in args.modes:
+                    cell = {"hidden_channels": hidden, "aggregation": aggregation, "precision": precision, "mode": mode}
+                    try:
+                        extra = {} if aggregation is None else {"aggregation": aggregation}
+                        config = GNNConfig(hidden_channels=hidden, num_layers=args.layers, **extra)
+                        cell |= measure_cell(config, mode, precision, inputs, device, args)
+                    except torch.OutOfMemoryError:
+                        cell["status"] = "OOM"
+                    except Exception as err:  # a failed cell must not cost the others
+                        cell["status"] = "error"
+                        cell["error"] = error_text(err)
+                        result["errors"].append(
+                            {
+                                "where": {k: cell[k] for k in ("hidden_channels", "aggregation", "precision", "mode")},
+                                "error": cell["error"],
+                            }
+                        )
+                    result["cells"].append(cell)
+                    print(json.dumps({k: v for k, v in cell.items() if k != "ms_all"}), flush=True)
+                    save()
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+    save()
+    return result
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(1 if main()["errors"] else 0)

@@ -85,3 +85,45 @@ def test_cpu_smoke_run_in_process_on_a_tiny_set(tiny_musique, glmrag_cache, tmp_
     for run in result["runs"]:
         assert set(run) == RUN_KEYS and run["timed_steps"] == 1 and run["questions_per_s"] > 0
         assert run["val_questions"] == 3  # musique_tiny's validation split
+
+
+def test_sizes_and_the_synthetic_data_are_checked():
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import gpu_train_throughput as script
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    check = script.parse_args(["--device", "cpu", "--size", "check"])
+    assert (check.data, check.systems, check.t5_size, check.backend) == (
+        "synthetic",
+        ["glm_rag"],
+        "t5-large",
+        ["eager", "flex"],
+    )
+    assert (check.steps, check.warmup, check.precision, check.workers) == (12, 4, "bf16-mixed", 4)
+    assert script.parse_args(["--device", "cpu", "--size", "check", "--steps", "6"]).steps == 6  # a flag wins
+    dry = script.parse_args(["--device", "cpu", "--size", "dry"])
+    assert (dry.tiny, dry.kg, dry.steps, dry.warmup) == (True, "small", 2, 1)
+    with pytest.raises(SystemExit):  # the synthetic data has GLM inputs only
+        script.parse_args(["--device", "cpu", "--data", "synthetic", "--systems", "gfm_rag_plus"])
+
+
+def test_synthetic_names_are_distinct_and_tokenised_word_by_word(tmp_path):
+    """The synthetic KG's names are unique runs of 2-4 words, each one token of the synthetic tokenizer."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import gpu_train_throughput as script
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    from glmrag.models.glm_inputs import load_tokenizer
+
+    kg, vocabulary = script.synthetic_kg("small")
+    assert len(set(kg.entities)) == len(kg.entities) and len(set(kg.relations)) == len(kg.relations)
+    assert {len(name.split()) for name in kg.entities} == {2, 3, 4}
+    tokenizer = load_tokenizer(script.synthetic_tokenizer(vocabulary, tmp_path))
+    ids = tokenizer(kg.entities[:50], add_special_tokens=False)["input_ids"]
+    assert [len(x) for x in ids] == [len(name.split()) for name in kg.entities[:50]]
+    assert tokenizer.unk_token_id not in {i for x in ids for i in x}
+    assert (tokenizer.pad_token_id, tokenizer.eos_token_id) == (0, 1)  # T5's, which GLMCollate pads with
+    questions = script.synthetic_questions(kg, 5, seed=0, prefix="q")
+    assert all(q.supporting and kg.seeds(q.id) for q in questions)

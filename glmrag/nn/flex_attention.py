@@ -47,11 +47,16 @@ Differences the caller must know:
   no dropout, and ``glmrag.nn.glm.graph_attention`` raises if the flex backend
   is asked for ``dropout > 0`` (set ``dropout_rate: 0`` in the T5 config, or
   use the eager backend).
-- On CUDA the kernel is ``torch.compile(flex_attention)`` (compiled once per
-  process, lazily). On CPU the uncompiled call runs an unfused reference that
-  materialises the scores: slow, for tests. Torch refuses its backward when
-  q, k or v require grad on CPU (the guard targets the inductor CPU lowering,
-  which is inference only); the unfused math backward itself is correct, and
+- On CUDA the kernel is ``flex_attention`` compiled with ``fullgraph=True``
+  (once per process, lazily), and it fails loudly rather than fall back: a
+  graph break or dynamo's recompile limit raises, and a kernel dynamo runs
+  uncompiled (errors suppressed, dynamo disabled) raises
+  :class:`FlexFallbackError` with the reason, instead of running the unfused
+  path that materialises the scores (seen only as slowness and memory). On CPU
+  the uncompiled call runs that unfused reference on purpose: slow, for tests.
+  Torch refuses its backward when q, k or v require grad on CPU (the guard
+  targets the inductor CPU lowering, which is inference only); the unfused
+  math backward itself is correct, and
   ``cpu_flex_backward()`` lifts the guard for tests and smoke runs. Gradients
   reach ``table`` (a tensor captured by the ``score_mod`` closure) on both
   devices: dynamo lifts captured tensors into the kernel's buffers, and the
@@ -61,6 +66,7 @@ Differences the caller must know:
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -75,6 +81,7 @@ if TYPE_CHECKING:
     from glmrag.nn.attention_bias import GraphAttentionBias
 
 __all__ = [
+    "FlexFallbackError",
     "cpu_flex_backward",
     "eager_graph_attention",
     "flex_graph_attention",
@@ -112,7 +119,7 @@ def eager_graph_attention(
     scores = torch.matmul(query, key.transpose(2, 3)).float()  # (B, H, L, L)
     if scaling != 1.0:
         scores = scores * scaling
-    scores = scores + bias.dense_bias().float()  # (B, H, L, L), gathered once per forward
+    scores = scores + bias.dense_bias()  # (B, H, L, L) float32: a bf16 bias is promoted in the add, not copied
     keep = bias.key_mask[:, None, None, :]  # (B, 1, 1, L)
     if bias.allowed is not None:
         keep = keep & bias.allowed[:, None]  # (B, 1, L, L)
@@ -197,13 +204,79 @@ def _none_ref() -> None:
     return None
 
 
+class FlexFallbackError(RuntimeError):
+    """The compiled FlexAttention kernel ran uncompiled on CUDA: it would take the unfused path."""
+
+
+def _fused_flex(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    score_mod: Callable[..., torch.Tensor],
+    block_mask: BlockMask,
+    scale: float,
+) -> torch.Tensor:
+    """``flex_attention``, to be compiled; raises :class:`FlexFallbackError` when it runs as plain Python.
+
+    Under dynamo ``is_compiling()`` is a constant True and the check leaves the graph; only a frame dynamo
+    hands back to Python (a compile error it suppressed, dynamo disabled) reaches the raise.
+    """
+    if not torch.compiler.is_compiling():
+        raise FlexFallbackError(_fallback_reason(query.device))
+    return flex_attention(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+
+def _fallback_reason(device: torch.device) -> str:
+    """Why dynamo may have run the kernel uncompiled, with what it logged during the call."""
+    from torch._dynamo import config
+
+    settings = ", ".join(
+        f"{name}={getattr(config, name, '?')}" for name in ("disable", "suppress_errors", "recompile_limit")
+    )
+    logged = "; ".join(_DYNAMO_WARNINGS.messages[-3:]) or "nothing"
+    return (
+        f"FlexAttention ran uncompiled on {device}, which takes its unfused path (the whole (B, H, L, L) scores "
+        f"in memory, several times slower). torch._dynamo.config: {settings}; dynamo logged: {logged}. Run it "
+        "compiled (dynamo enabled and suppress_errors False, so that a compile error is raised where it can be "
+        "fixed), or use backend 'eager'."
+    )
+
+
+class _RecentWarnings(logging.Handler):
+    """Keeps the messages of the warnings torch._dynamo logs while the compiled kernel runs."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages = [*self.messages[-9:], record.getMessage().splitlines()[0][:300]]
+
+
+_DYNAMO_WARNINGS = _RecentWarnings()
+
+
+@contextlib.contextmanager
+def _dynamo_warnings_kept() -> Iterator[None]:
+    logger = logging.getLogger("torch._dynamo")
+    logger.addHandler(_DYNAMO_WARNINGS)
+    try:
+        yield
+    finally:
+        logger.removeHandler(_DYNAMO_WARNINGS)
+
+
 def _flex_kernel(device: torch.device) -> Callable[..., torch.Tensor]:
-    """``torch.compile(flex_attention)`` on CUDA (compiled once), the plain call elsewhere."""
+    """:func:`_fused_flex` compiled with ``fullgraph=True`` on CUDA (once per process), else ``flex_attention``.
+
+    ``fullgraph``: a graph break inside ``flex_attention`` would run it eagerly, the unfused path, unnoticed;
+    with it a break (and dynamo's recompile limit) raises instead.
+    """
     global _COMPILED_FLEX
     if device.type != "cuda":
         return flex_attention
     if _COMPILED_FLEX is None:
-        _COMPILED_FLEX = torch.compile(flex_attention)
+        _COMPILED_FLEX = torch.compile(_fused_flex, fullgraph=True)
     return _COMPILED_FLEX
 
 
@@ -242,10 +315,15 @@ def flex_graph_attention(
     block_mask = _cached_block_mask(bias, seq_len)
     kernel = _flex_kernel(query.device)
     try:
-        with warnings.catch_warnings():
-            # On CPU the uncompiled, unfused path is deliberate (a reference for tests).
-            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-            output = kernel(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scaling)
+        if kernel is flex_attention:
+            with warnings.catch_warnings():
+                # On CPU the uncompiled, unfused path is deliberate (a reference for tests); elsewhere the warning
+                # is never hidden.
+                warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+                output = kernel(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scaling)
+        else:
+            with _dynamo_warnings_kept():
+                output = kernel(query, key, value, score_mod, block_mask, scaling)
     except NotImplementedError as err:
         if query.device.type != "cpu":
             raise

@@ -21,7 +21,9 @@ with the bias, keeping the mask separate until the final add, either eagerly (a 
 bias) or with FlexAttention (a ``score_mod`` that reads the bucket ids; :mod:`glmrag.nn.flex_attention`).
 The ``eager`` backend runs ``F.scaled_dot_product_attention`` with the bias as a float mask whenever no
 attention dropout applies (eval, or ``dropout_rate`` 0) and the states are float32: the same output, without
-the float32 scores and softmax copies; with dropout (or half precision) it is the eager reference.
+the float32 scores and softmax copies; with dropout (or half precision) it is the eager reference. The
+forward builds only what that path reads, in the dtype the attention computes in (the autocast dtype under
+``bf16-mixed``): the float32 SDPA mask for float32 states, else the dense bias in that dtype.
 Given an ordinary tensor ``position_bias`` (plain T5 use of the same model), it is T5's eager attention.
 """
 
@@ -170,10 +172,22 @@ class GLMEncoder(nn.Module):
         """T5's pretrained ``relative_attention_bias`` (layer 0, shared by every layer)."""
         return self.t5.encoder.block[0].layer[0].SelfAttention.relative_attention_bias
 
+    def compute_dtype(self, device: torch.device) -> torch.dtype:
+        """The dtype of the attention's query states on ``device``: the autocast dtype where autocast is on for
+        that device type (Lightning's ``bf16-mixed``: bf16 states over float32 weights), else the weights'."""
+        if torch.is_autocast_enabled(device.type):
+            return torch.get_autocast_dtype(device.type)
+        return self.t5.encoder.block[0].layer[0].SelfAttention.q.weight.dtype
+
     def attention_bias(
-        self, token_mask: torch.Tensor, relative_position: torch.Tensor, kind: torch.Tensor
+        self,
+        token_mask: torch.Tensor,
+        relative_position: torch.Tensor,
+        kind: torch.Tensor,
+        dtype: torch.dtype | None = None,
     ) -> GraphAttentionBias:
-        """The :class:`GraphAttentionBias` every block reads.
+        """The :class:`GraphAttentionBias` every block reads; its dense bias is built in ``dtype`` (None: the
+        table's).
 
         Shapes: **token_mask** ``(B, L)``, **relative_position**, **kind** ``(B, L, L)``.
         """
@@ -183,7 +197,7 @@ class GLMEncoder(nn.Module):
         )  # (B, L, L)
         table = torch.cat([self.position_table.weight, self.extra_bias])  # (K, H)
         allowed = kind != GRAPH_GLOBAL if self.attention == "local" else None  # (B, L, L)
-        return GraphAttentionBias(bucket, table, allowed, token_mask.bool(), self.backend)
+        return GraphAttentionBias(bucket, table, allowed, token_mask.bool(), self.backend, dtype)
 
     def forward(
         self,
@@ -197,14 +211,16 @@ class GLMEncoder(nn.Module):
         Shapes: **input_ids**, **token_mask** ``(B, L)``, **relative_position**, **kind** ``(B, L, L)``
         -> ``(B, L, d_model)``.
         """
-        bias = self.attention_bias(token_mask, relative_position, kind)
+        dtype = self.compute_dtype(input_ids.device)
+        bias = self.attention_bias(token_mask, relative_position, kind, dtype)
         if self.backend == "eager":
-            # Gathered here, outside any block a checkpoint would recompute: the SDPA mask when no attention
-            # dropout applies (eval, or dropout_rate 0), else the dense bias of the eager reference.
-            if self.training and self.config.dropout_rate > 0:
-                bias.dense_bias()
-            else:
+            # Gathered here, outside any block a checkpoint would recompute, and only the one graph_attention
+            # reads: the float32 SDPA mask for float32 states without attention dropout (eval, or dropout_rate
+            # 0), else the dense bias of the eager reference in the compute dtype.
+            if dtype == torch.float32 and not (self.training and self.config.dropout_rate > 0):
                 bias.sdpa_mask()
+            else:
+                bias.dense_bias()
         encoder = self.t5.encoder
         hidden = encoder.dropout(encoder.embed_tokens(input_ids))  # (B, L, d)
         for block in encoder.block:

@@ -204,3 +204,64 @@ def test_sdpa_equals_eager_in_outputs_and_every_gradient(local: bool, scaling: f
     for name, s, e in zip(("query", "key", "value", "table"), sdpa_grads, eager_grads, strict=True):
         assert e.abs().max() > 0, name
         torch.testing.assert_close(s, e, atol=1e-5, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.fixture
+def cuda_kernel(monkeypatch):
+    """Installs the kernel ``flex_graph_attention`` compiles on CUDA (``_flex_kernel(cuda)``, as the module builds
+    it) with a dynamo backend that runs on the CPU, for the CPU inputs of these tests."""
+    import glmrag.nn.flex_attention as flex_module
+
+    real_compile = torch.compile
+
+    def install(backend) -> None:
+        torch._dynamo.reset()
+        monkeypatch.setattr(flex_module, "_COMPILED_FLEX", None)
+        monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: real_compile(fn, backend=backend, **kwargs))
+        kernel = flex_module._flex_kernel(torch.device("cuda"))
+        monkeypatch.setattr(torch, "compile", real_compile)
+        monkeypatch.setattr(flex_module, "_flex_kernel", lambda device: kernel)
+
+    yield install
+    torch._dynamo.reset()
+
+
+def test_the_cuda_kernel_traces_as_one_graph_and_matches_eager(cuda_kernel) -> None:
+    """Compiled with ``fullgraph=True`` the kernel traces without a graph break and runs compiled (no fallback)."""
+    cuda_kernel("eager")
+    q, k, v, bias = make_case(local=True, seed=9)
+    with torch.no_grad():
+        flex = flex_graph_attention(q, k, v, bias, scaling=0.5)
+    rows = rows_with_a_key(bias)
+    torch.testing.assert_close(flex[rows], eager_graph_attention(q, k, v, bias, 0.5)[rows], atol=1e-5, rtol=1e-5)
+
+
+def _failing_backend(graph, example_inputs):
+    raise RuntimeError("planted compile failure")
+
+
+@pytest.mark.parametrize("failure", ["dynamo disabled", "compile error suppressed", "recompile limit"])
+def test_a_cuda_kernel_that_cannot_run_compiled_fails_loudly(cuda_kernel, failure: str) -> None:
+    """Where dynamo would hand the kernel back to Python (and FlexAttention take its unfused path, seen only as
+    slowness), the call raises, naming why."""
+    from torch._dynamo.exc import BackendCompilerFailed, FailOnRecompileLimitHit
+
+    from glmrag.nn.flex_attention import FlexFallbackError
+
+    q, k, v, bias = make_case(local=False, seed=10)
+    config = torch._dynamo.config
+    if failure == "dynamo disabled":
+        cuda_kernel("eager")
+        with config.patch(disable=True), torch.no_grad(), pytest.raises(FlexFallbackError, match="disable=True"):
+            flex_graph_attention(q, k, v, bias, scaling=1.0)
+    elif failure == "compile error suppressed":
+        cuda_kernel(_failing_backend)
+        with config.patch(suppress_errors=True), torch.no_grad():
+            with pytest.raises((FlexFallbackError, BackendCompilerFailed), match="planted compile failure|uncompiled"):
+                flex_graph_attention(q, k, v, bias, scaling=1.0)
+    else:
+        cuda_kernel("eager")
+        with config.patch(recompile_limit=1), torch.no_grad():
+            flex_graph_attention(q, k, v, bias, scaling=1.0)
+            with pytest.raises((FlexFallbackError, FailOnRecompileLimitHit)):
+                flex_graph_attention(q, k, v, bias, scaling=0.5)  # a new constant: a second graph
