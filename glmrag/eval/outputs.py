@@ -8,6 +8,12 @@ same folder, then ``os.replace``), so a reader never sees half a file:
 - ``per_question.jsonl``: one line per system x question;
 - ``results.md``: :func:`format_markdown`.
 
+``metrics.json``'s ``headline`` holds, per system, Recall@2/@5 with what qualifies them: the share of
+questions on which each LLM decision fell back and the system whose rankings it repeats
+(:func:`~glmrag.eval.traces.llm_notes`). :func:`read_outputs` reads the three files back into an
+:class:`EvalResult`, so the tables of a stored run can be written again by newer code (``rewrite_outputs``)
+without rerunning it.
+
 Two tables come from ``result.settings`` when the evaluation job put them there (``eval.py qa=true``,
 or a retriever that calls an LLM): ``qa_baselines`` (baseline -> EM/F1 intervals of the QA baselines
 that have no ranking, GLM-RAG §5.1 e and Table 8) and ``llm_cost`` (system -> ``retriever`` /
@@ -24,17 +30,14 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from glmrag.eval.overlap import overlap_note
-from glmrag.eval.significance import Interval
-from glmrag.eval.traces import summary_lines
+from glmrag.eval.result import EvalResult
+from glmrag.eval.significance import Comparison, Interval
+from glmrag.eval.traces import fallback_cell, fallback_warning, llm_notes, summary_lines
 from glmrag.index.ranking import Ranking
 from glmrag.io import DiskFullError, atomic_write_text
 from glmrag.llm.base import COST_FIELDS
-
-if TYPE_CHECKING:
-    from glmrag.eval.result import EvalResult
 
 _LABELS = {
     "mrr": "MRR",
@@ -93,15 +96,21 @@ def format_markdown(result: EvalResult) -> str:
     markers = {(c.system, c.metric): c.marker.replace("*", "\\*") for c in result.significance}
     metrics = _table_metrics(result)
     with_ci = {m for m in metrics if m.startswith("recall@") or m in ("em", "f1", "acc")}
+    notes_by_system = llm_notes(result)
+    with_llm = any(n["fallbacks"] is not None for n in notes_by_system.values())
     lines = [
-        "| System | " + " | ".join(_label(m) for m in metrics) + " |",
-        "|---|" + "---:|" * len(metrics),
+        "| System | " + " | ".join(_label(m) for m in metrics) + (" | LLM fallbacks" if with_llm else "") + " |",
+        "|---|" + "---:|" * len(metrics) + ("---|" if with_llm else ""),
     ]
     for system in result.systems:
         name = f"{system} (ref)" if system == result.reference else system
         if system in result.settings.get("train_overlap", {}):
             name += " (trained on these questions)"
+        if notes_by_system[system]["identical_to"]:
+            name += f" (= {notes_by_system[system]['identical_to']})"
         cells = [_cell(result.overall[system].get(m), m in with_ci) + markers.get((system, m), "") for m in metrics]
+        if with_llm:
+            cells.append(fallback_cell(notes_by_system[system]["fallbacks"]))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
 
     c = result.counts
@@ -112,6 +121,7 @@ def format_markdown(result: EvalResult) -> str:
         "Filtered R@k (GFM-RAG's training-time metric) ranks each gold passage only against the non-gold "
         "passages and overstates recall; it is not comparable with Recall@k.",
     ]
+    notes += _llm_notes_lines(result, notes_by_system)
     warning = overlap_note(result.settings.get("train_overlap", {}))
     if warning:
         notes.insert(0, warning)
@@ -119,6 +129,9 @@ def format_markdown(result: EvalResult) -> str:
         notes.insert(
             0, "No question has gold passages: retrieval metrics are skipped; the rankings are in per_question.jsonl."
         )
+    fell_back = fallback_warning(notes_by_system)
+    if fell_back:
+        notes.insert(0, f"**{fell_back}**")
     untested = result.settings.get("untested_metrics") or {}
     if result.reference is not None and untested:
         counts = ", ".join(f"{_label(m)} on {n}" for m, n in untested.items())
@@ -150,6 +163,28 @@ def format_markdown(result: EvalResult) -> str:
         ]
     sections = _timing_lines(result) + _qa_baseline_lines(result) + _cost_lines(result) + summary_lines(result)
     return "\n".join(lines + sections) + "\n"
+
+
+def _llm_notes_lines(result: EvalResult, notes: dict[str, dict]) -> list[str]:
+    """What the "(= system)" marks and the LLM fallbacks column mean; [] when the table has neither."""
+    lines = []
+    twins = {s: n["identical_to"] for s, n in notes.items() if n["identical_to"]}
+    if twins:
+        depth = max((len(r.get("top_passages", [])) for rows in result.per_question.values() for r in rows), default=0)
+        lines.append(
+            f"(= x): the same ranked passages (top {depth}) as system x on every question, so every retrieval "
+            "metric is x's: that row's switch changed nothing on these questions."
+        )
+    if any(n["fallbacks"] is not None for n in notes.values()):
+        lines.append(
+            "LLM fallbacks, k/n: on k of the n questions where an LLM decision was made its reply could not be "
+            "used and its documented fallback decided instead (glmrag/eval/traces.py: classifier, reranker, "
+            "necessity, ...; no triples: the ranking is dense order; HyperAddress: a reader pointing at nothing, a "
+            "rewrite that never fired); head selection: held-out probes whose target the addressing heads miss "
+            "(mean over heads; Read the Route §3: 41% missed). Per question: per_question.jsonl, trace field "
+            "`fell_back`."
+        )
+    return lines
 
 
 def _timing_lines(result: EvalResult) -> list[str]:
@@ -229,6 +264,18 @@ def _clean(value):
     return value
 
 
+def headline(result: EvalResult) -> dict:
+    """Per system, the main table's Recall@2/@5 means with what qualifies them: ``fallbacks`` (decision ->
+    ``{"fell_back", "of", "unit"}``, None for a system without LLM decisions) and ``identical_to``; and
+    ``warning``, the run's :func:`~glmrag.eval.traces.fallback_warning` (None without one)."""
+    notes = llm_notes(result)
+    wanted = [m for m in ("recall@2", "recall@5") if m in result.metric_names]
+    systems = {
+        s: {m: getattr(result.overall[s].get(m), "mean", None) for m in wanted} | notes[s] for s in result.systems
+    }
+    return {"systems": systems, "warning": fallback_warning(notes)}
+
+
 def metrics_json(result: EvalResult) -> dict:
     """The content of ``metrics.json`` as a JSON-safe dict."""
     return _clean(
@@ -236,6 +283,7 @@ def metrics_json(result: EvalResult) -> dict:
             "systems": result.systems,
             "reference": result.reference,
             "ks": result.ks,
+            "headline": headline(result),
             "counts": result.counts,
             "settings": result.settings,
             "metrics": result.metric_names,
@@ -272,6 +320,68 @@ def write_outputs(result: EvalResult, output_dir: str | os.PathLike) -> dict[str
     atomic_write_text(paths["per_question.jsonl"], "\n".join(lines) + "\n")
     atomic_write_text(paths["results.md"], format_markdown(result))
     return paths
+
+
+def _interval(value: dict | None) -> Interval | None:
+    """An :class:`Interval` from its JSON form (``_clean`` wrote NaN as None)."""
+    if not isinstance(value, dict):
+        return None
+    return Interval(**{k: math.nan if v is None else v for k, v in value.items()})
+
+
+def read_outputs(output_dir: str | os.PathLike) -> EvalResult:
+    """The :class:`EvalResult` that :func:`write_outputs` wrote into ``output_dir`` (``metrics.json`` and
+    ``per_question.jsonl``), as far as they keep it: everything the tables read."""
+    folder = Path(output_dir)
+    m = json.loads((folder / "metrics.json").read_text())
+    per_question: dict[str, list[dict]] = {s: [] for s in m["systems"]}
+    for line in (folder / "per_question.jsonl").read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            per_question.setdefault(row["system"], []).append(row)
+    first = per_question[m["systems"][0]] if m["systems"] else []
+    significance = [
+        Comparison(
+            c["system"],
+            c["reference"],
+            c["metric"],
+            _interval(c["diff"]),
+            math.nan if c["p_value"] is None else c["p_value"],
+            math.nan if c["p_holm"] is None else c["p_holm"],
+        )
+        for c in m.get("significance", [])
+    ]
+    settings = m.get("settings", {})
+    if settings.get("qa_baselines"):  # baseline -> metric -> Interval, as the evaluation job sets them
+        settings["qa_baselines"] = {
+            b: {k: _interval(v) for k, v in scores.items()} for b, scores in settings["qa_baselines"].items()
+        }
+    return EvalResult(
+        systems=list(m["systems"]),
+        reference=m["reference"],
+        ks=tuple(m["ks"]),
+        question_ids=[r["question_id"] for r in first],
+        per_question=per_question,
+        overall={s: {k: _interval(v) for k, v in by.items()} for s, by in m["overall"].items()},
+        breakdowns=m.get("breakdowns", {}),
+        significance=significance,
+        counts=m["counts"],
+        metric_names=list(m["metrics"]),
+        settings=settings,
+    )
+
+
+def rewrite_outputs(output_dir: str | os.PathLike) -> dict[str, Path]:
+    """Write a stored run's three files again with this code's tables (:func:`read_outputs`, then
+    :func:`write_outputs`): new columns and notes, the same numbers. Traces gain ``fell_back``."""
+    from glmrag.eval.traces import question_fallbacks
+
+    result = read_outputs(output_dir)
+    for rows in result.per_question.values():
+        for row in rows:
+            if "trace" in row and (fell_back := question_fallbacks(row["trace"])) is not None:
+                row["trace"]["fell_back"] = fell_back
+    return write_outputs(result, output_dir)
 
 
 RANKINGS_FILE = "rankings.jsonl"

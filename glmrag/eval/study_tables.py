@@ -8,7 +8,9 @@ Two views of the same numbers (Recall@2 and Recall@5, means with 95% bootstrap C
   per family (``family`` in the run's config: GFM-RAG*, GFM-RAG+, GLM-RAG, ...);
 - the **runs table**: every system of every run, the trained one first (``(ref)``), its baselines with
   the evaluator's App. H markers against it, the run's parameter count and, where measured, the
-  retrieval time per question (GLM-RAG Table 7).
+  retrieval time per question (GLM-RAG Table 7). An LLM method's row also shows on how many questions each
+  of its LLM decisions fell back, and a row whose rankings equal another system's of the same run is marked
+  ``(= that system)`` (``metrics.json``'s ``headline``, :func:`glmrag.eval.traces.llm_notes`).
 
 Significance markers are those of each run's own ``metrics.json`` (paired tests on the same questions
 against that run's trained system); runs are not tested against each other.
@@ -26,6 +28,7 @@ from typing import Any
 from glmrag.eval.outputs import _cell, _label
 from glmrag.eval.significance import Interval
 from glmrag.eval.store import StoredRun
+from glmrag.eval.traces import fallback_cell
 
 METRICS = ("recall@2", "recall@5")
 SYSTEM_KEYS = ("system", "experiment")
@@ -62,6 +65,10 @@ class Row:
     markers: dict[str, str] = field(default_factory=dict)
     num_parameters: int | None = None
     ms_per_question: float | None = None
+    fallbacks: dict[str, dict] | None = None
+    """Decision -> ``{"fell_back", "of", "unit"}`` of an LLM method (``metrics.json`` headline); None otherwise."""
+    identical_to: str | None = None
+    """The system of the same run whose rankings this one's equal on every question."""
 
 
 def overrides(run: StoredRun) -> dict[str, str]:
@@ -124,6 +131,7 @@ def study_rows(runs: Sequence[StoredRun]) -> tuple[list[Row], list[str]]:
         m = run.metrics
         markers = {(c["system"], c["metric"]): c["marker"] for c in m.get("significance", [])}
         timing = m.get("settings", {}).get("ms_per_question", {})
+        notes = (m.get("headline") or {}).get("systems", {})
         for system in m["systems"]:
             ref = system == m["reference"]
             rows.append(
@@ -138,6 +146,8 @@ def study_rows(runs: Sequence[StoredRun]) -> tuple[list[Row], list[str]]:
                     markers={metric: markers.get((system, metric), "") for metric in METRICS},
                     num_parameters=run.run.get("num_parameters") if ref else None,
                     ms_per_question=timing.get(system),
+                    fallbacks=notes.get(system, {}).get("fallbacks"),
+                    identical_to=notes.get(system, {}).get("identical_to"),
                 )
             )
     return rows, keys
@@ -198,27 +208,32 @@ def format_study_markdown(runs: Sequence[StoredRun], title: str) -> str:
         lines.append("")
 
     timed = any(r.ms_per_question is not None for r in rows)
+    with_llm = any(r.fallbacks is not None for r in rows)
     head = ["Run", "System", *heads[: len(keys)], "Params", *(_label(m) for m in METRICS)] + (["ms/q"] if timed else [])
     lines += [
         "## All runs",
         "",
-        _md_row(head),
-        "|---|---|" + "---|" * len(keys) + "---:|" * (len(head) - 2 - len(keys)),
+        _md_row(head + (["LLM fallbacks"] if with_llm else [])),
+        "|---|---|" + "---|" * len(keys) + "---:|" * (len(head) - 2 - len(keys)) + ("---|" if with_llm else ""),
     ]
     for r in rows:
         name = f"{r.system} (ref)" if r.reference else r.system
+        name += f" (= {r.identical_to})" if r.identical_to else ""
         values = [_fmt(r.values[k]) if r.reference else "" for k in keys]
         scores = [_cell(r.overall.get(m), True) + r.markers[m].replace("*", "\\*") for m in METRICS]
         timing = [MISSING if r.ms_per_question is None else f"{r.ms_per_question:.1f}"] if timed else []
-        lines.append(_md_row([r.run_id, name, *values, _params(r.num_parameters), *scores, *timing]))
+        llm = [fallback_cell(r.fallbacks)] if with_llm else []
+        lines.append(_md_row([r.run_id, name, *values, _params(r.num_parameters), *scores, *timing, *llm]))
 
     evaluated = {}
     for run in runs:
         if run.evaluated:
             evaluated.setdefault(str(run.run.get("eval_data", MISSING)), run.metrics["counts"]["evaluated"])
     n_boot = {run.metrics.get("settings", {}).get("n_boot") for run in runs if run.evaluated}
+    warned = [(r.run_id, (r.metrics.get("headline") or {}).get("warning")) for r in runs if r.evaluated]
     lines += [
         "",
+        *(f"**{run_id}: {warning}**  " for run_id, warning in warned if warning),
         f"{len(rows)} system rows from {len({r.run_id for r in rows})} evaluated runs; questions with gold passages "
         f"per test set: {', '.join(f'{d} {n}' for d, n in evaluated.items())}. Values ×100; brackets: 95% "
         f"bootstrap CI ({', '.join(str(n) for n in sorted(n_boot, key=str))} resamples).  ",
@@ -227,6 +242,16 @@ def format_study_markdown(runs: Sequence[StoredRun], title: str) -> str:
         "significantly better (p < .05/.01/.001), † = significantly worse. Runs are not tested against each other."
         + ("  \nms/q: a warm retrieve() per question, one-off setup apart (glmrag/eval/timing.py)." if timed else ""),
     ]
+    if any(r.identical_to for r in rows):
+        lines.append(
+            "(= x): the same ranked passages as system x of the same run on every question, so its retrieval "
+            "metrics are x's: that row's switch changed nothing on these questions."
+        )
+    if with_llm:
+        lines.append(
+            "LLM fallbacks, k/n: on k of the n questions where an LLM decision was made its documented fallback "
+            "decided instead; head selection: held-out probes the addressing heads miss (glmrag/eval/traces.py)."
+        )
     untested = sorted({r.run_id for r in runs if r.evaluated and r.metrics.get("settings", {}).get("untested_metrics")})
     if untested:
         lines.append(
@@ -254,10 +279,12 @@ def _csv(header: Sequence[str], records: Sequence[Sequence[Any]]) -> str:
 
 
 def runs_csv(runs: Sequence[StoredRun]) -> str:
-    """The runs table as CSV: one line per (run, system), means and CI bounds as fractions, markers apart."""
+    """The runs table as CSV: one line per (run, system), means and CI bounds as fractions, markers apart, then
+    the system it repeats and its LLM fallbacks (empty for none)."""
     rows, keys = study_rows(runs)
     header = ["run", "system", "reference", "family", "eval_data", *keys, "num_parameters", "ms_per_question"]
     header += [f"{m}_{part}" for m in METRICS for part in ("mean", "low", "high", "marker")]
+    header += ["identical_to", "llm_fallbacks"]
     records = []
     for r in rows:
         rec = [r.run_id, r.system, r.reference, r.family, r.eval_data, *(r.values.get(k, "") for k in keys)]
@@ -266,6 +293,7 @@ def runs_csv(runs: Sequence[StoredRun]) -> str:
             iv = r.overall.get(m)
             rec += [iv.mean, iv.low, iv.high] if iv else [None] * 3
             rec.append(r.markers[m])
+        rec += [r.identical_to, None if r.fallbacks is None else fallback_cell(r.fallbacks)]
         records.append(rec)
     return _csv(header, records)
 

@@ -38,7 +38,7 @@ from glmrag.index.kg import KGIndex
 DENSITY_GROUPS = ("sparse", "medium", "dense")
 HOP_GRID = (1, 2, 3)
 TRIPLET_GRID = (100, 200, 400, 600, 800)
-"""Budgets around the paper's choice of 600 (GLM-RAG App. C, Fig. 17)."""
+"""Budgets around the paper's choice of 600 (GLM-RAG App. D.2, Fig. 17)."""
 
 
 @dataclass(frozen=True)

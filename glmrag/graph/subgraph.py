@@ -1,12 +1,12 @@
-"""Budgeted subgraph selection around the seed entities of a question (GLM-RAG App. C).
+"""Budgeted subgraph selection around the seed entities of a question (GLM-RAG App. B.2).
 
 The GLM retriever cannot encode a whole KG, so it reads a subgraph of at most
 ``max_triplets`` triples within ``max_hops`` hops of the question's seed
-entities. GLM-RAG App. C ("Hop Prioritization"): "We first prioritize triplets
+entities. GLM-RAG App. B.2 ("Hop Prioritization"): "We first prioritize triplets
 that directly connect pairs of seed entities. The remaining quota is then
 filled using a randomized breadth-first search starting from the seed
 entities." The defaults ``max_hops=2, max_triplets=600`` are the values the
-paper settles on (App. C, "Based on these results, we set max_hops=2 and
+paper settles on (App. B.2, "Based on these results, we set max_hops=2 and
 max_triplets=600"; ablations in App. C "Number of Hops" / "Maximum Amount of
 Triplets").
 
@@ -29,9 +29,9 @@ from glmrag.graph.traverse import incident_edges
 from glmrag.index.kg import KGIndex
 
 MAX_HOPS = 2
-"""GLM-RAG App. C: "we set max_hops=2"."""
+"""GLM-RAG App. B.2: "we set max_hops=2"."""
 MAX_TRIPLETS = 600
-"""GLM-RAG App. C: "we set ... max_triplets=600"."""
+"""GLM-RAG App. B.2: "we set ... max_triplets=600"."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def select_subgraph(
     chosen: list[np.ndarray] = []
     hops: list[np.ndarray] = []
 
-    # 1. triples joining two distinct seeds (GLM-RAG App. C: prioritised first)
+    # 1. triples joining two distinct seeds (GLM-RAG App. B.2: prioritised first)
     edges = incident_edges(adj.indptr, seed_ids)  # (n,) edges leaving the seeds
     joins = edges[visited[adj.neighbor[edges]]]
     pairs = index.triples[adj.triple[joins]]

@@ -78,7 +78,7 @@ def non_negative(cfg: DictConfig, key: str) -> None:
 
 
 LOSS_WEIGHTS = ("model.bce_weight", "model.listce_weight")
-"""The loss terms' weights (GLM-RAG Table 14 / App. B.1): each >= 0, and not all 0."""
+"""The loss terms' weights (GLM-RAG Table 14 / App. B): each >= 0, and not all 0."""
 MODEL_SIZES = ("model.hidden_channels", "model.num_layers", "model.max_hops", "model.top_entities")
 """Model settings that must be integers >= 1 when the model has them."""
 

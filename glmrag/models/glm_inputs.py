@@ -1,7 +1,7 @@
 """One question -> one stored GLM record, and the collate that pads records into a batch.
 
 The GLM retriever (GLM-RAG Sec. 3) reads, per question, a budgeted subgraph around the question's seed
-entities (:func:`glmrag.graph.subgraph.select_subgraph`, GLM-RAG App. C) written as a Levi graph
+entities (:func:`glmrag.graph.subgraph.select_subgraph`, GLM-RAG App. B.2) written as a Levi graph
 (:func:`glmrag.graph.levi.layout_subgraph`) or, for the GLM-RAG Table 15 baseline, as linear text
 (:func:`glmrag.graph.levi.linearise_subgraph`). :func:`question_record` stores the compact
 :class:`~glmrag.graph.levi.LeviLayout` of that subgraph (``O(L + S)`` numbers) as one Arrow row;
@@ -83,13 +83,13 @@ class SubgraphSettings:
     """What decides the stored subgraph of a question (and, for ``position_mode``, its positions)."""
 
     max_hops: int = MAX_HOPS
-    """GLM-RAG App. C: "we set max_hops=2"."""
+    """GLM-RAG App. B.2: "we set max_hops=2"."""
     max_triplets: int = MAX_TRIPLETS
-    """GLM-RAG App. C: "we set ... max_triplets=600"."""
+    """GLM-RAG App. B.2: "we set ... max_triplets=600"."""
     layout: str = "graph"
     """``graph``: the Levi graph; ``linear``: triples written as text (GLM-RAG Table 15, no graph-aware attention)."""
     use_text: bool = True
-    """Append the question's tokens (GLM-RAG App. B.1 "FullyConnected", the default); False: graph tokens only."""
+    """Append the question's tokens (GLM-RAG App. B "FullyConnected", the default); False: graph tokens only."""
     position_mode: str = "triple"
     """``triple`` (GLM-RAG) or ``path``; applied by :class:`GLMCollate` (stored, and in :meth:`key`, only when
     ``precompute``)."""

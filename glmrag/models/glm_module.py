@@ -1,7 +1,7 @@
 """The GLM retriever as a LightningModule (GLM-RAG, the project's main method).
 
 A :class:`~glmrag.nn.glm_retriever.GLMRetriever` scores the entity nodes of each question's budgeted
-subgraph (:mod:`glmrag.models.subgraph_data` streams them). Loss (GLM-RAG App. B.1-B.2): 0.56 x masked
+subgraph (:mod:`glmrag.models.subgraph_data` streams them). Loss (GLM-RAG App. B, B.2): 0.56 x masked
 ListCE, normalised over the subgraph's entity nodes only ("unscored entities must not enter the
 partition function"), plus 0.44 x GFM-RAG's weighted BCE over the same nodes
 (:func:`~glmrag.models.losses.gfm_rag_loss` with the node mask). Optimiser (GLM-RAG Table 14): AdamW,
@@ -87,10 +87,10 @@ class GLMRetrieverModule(RetrieverModule):
         backend: attention backend, ``eager`` or ``flex`` (:mod:`glmrag.nn.glm`).
         gradient_checkpointing: recompute T5 blocks in the backward pass (saves activation memory).
         max_hops, max_triplets, layout, use_text, position_mode, subgraph_seed: how subgraphs are built
-            (GLM-RAG App. C: 2 hops, 600 triplets; ``layout=linear`` is the Table 15 baseline "without
+            (GLM-RAG App. B.2: 2 hops, 600 triplets; ``layout=linear`` is the Table 15 baseline "without
             graph-aware attention"; ``use_text``: FullyConnected, the question tokens appended;
             ``subgraph_seed``: the randomized BFS that fills the budget).
-        listce_weight, bce_weight, temperature: the loss (GLM-RAG App. B.1: 0.56 / 0.44; GFM-RAG's 0.2).
+        listce_weight, bce_weight, temperature: the loss (GLM-RAG App. B: 0.56 / 0.44; GFM-RAG's 0.2).
         position_conflict: ``last`` (GLM reference code) or ``nearest``: see :mod:`glmrag.graph.positions`.
         question_eos: end the appended question with ``</s>`` (GLM reference code) or not.
         head_lr, backbone_lr: AdamW learning rates (GLM-RAG Table 14).

@@ -10,7 +10,7 @@ contributes 0: each loss is the mean over the questions that have one, and 0
 (still attached to the graph) when none has.
 
 GFM-RAG finetunes with ``0.3 * BCE + 0.7 * ListCE`` (GLM-RAG Table 14, alpha =
-0.3 for GFM-RAG(*, +)); the GLM retriever with 0.44 and 0.56 (App. B.1 list).
+0.3 for GFM-RAG(*, +)); the GLM retriever with 0.44 and 0.56 (App. B list).
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def gfm_rag_loss(
 
     The weights 0.3 / 0.7 and the adversarial temperature 0.2 are GFM-RAG's
     (GLM-RAG Table 14, alpha = 0.3; GFM-RAG ``stage2_qa_finetune.yaml``); the
-    GLM retriever uses 0.44 / 0.56 (GLM-RAG App. B.1). The ListCE term is
+    GLM retriever uses 0.44 / 0.56 (GLM-RAG App. B). The ListCE term is
     :func:`masked_list_ce`, which equals GFM-RAG's :func:`list_ce` when every
     entity is scored (``mask`` None) and follows GLM-RAG App. B.2 when not.
 

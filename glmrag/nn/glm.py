@@ -6,7 +6,7 @@ query ``i`` and key ``j``, with ``table`` the first layer's ``relative_attention
 default) shared by every layer. The GLM indexes the same table with graph-aware bucket ids
 (:func:`graph_buckets`): pairs inside a node or a triple (and question pairs) use T5's bucket of their
 graph-aware relative position (:mod:`glmrag.graph.levi`); the other pairs use three extra buckets,
-"global" graph pairs, question -> graph and graph -> question (GLM-RAG App. B.1: "The default setting
+"global" graph pairs, question -> graph and graph -> question (GLM-RAG App. B: "The default setting
 is global with FullyConnected enabled, resulting in three additional buckets"). The extra rows start as
 copies of the pretrained bucket of the farthest distance (``num_buckets - 1``: keys at least
 ``max_distance`` tokens after the query), so an untrained GLM treats unrelated pairs as far apart.
@@ -43,7 +43,7 @@ from glmrag.nn.flex_attention import eager_graph_attention, flex_graph_attention
 ATTENTION_NAME = "glm_graph"
 """The name of :func:`graph_attention` in transformers' ``AttentionInterface``."""
 NUM_EXTRA_BUCKETS = 3
-"""GLM-RAG App. B.1: global GLM with FullyConnected -> three additional buckets (kinds 1, 2, 3)."""
+"""GLM-RAG App. B: global GLM with FullyConnected -> three additional buckets (kinds 1, 2, 3)."""
 ATTENTIONS = ("global", "local")
 BACKENDS = ("eager", "flex")
 

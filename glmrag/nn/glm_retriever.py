@@ -5,7 +5,7 @@ a projected question vector and passed through a scoring head." An entity node's
 encoder states of its tokens (mean by default; first or last token as ablations, GLM-RAG Table 15
 "aggregation"); the question vector is a linear projection of the question's sentence embedding (the
 same MiniLM embedding the GNN reads); the head is a 2-layer MLP giving one logit per entity node. Query
-interaction can be switched off (GLM-RAG App. D, "query interaction": the product is then skipped and
+interaction can be switched off (GLM-RAG App. C, "Query Interaction", Table 15: the product is then skipped and
 the question reaches the nodes only through its tokens in the FullyConnected input, if any).
 """
 

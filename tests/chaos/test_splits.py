@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from glmrag.data import registry
 from glmrag.jobs.config_check import ConfigError, validate_train_config
 from glmrag.jobs.evaluate import run_eval
 from glmrag.jobs.train import run_train
@@ -15,6 +16,12 @@ from glmrag.models.checkpointing import SEEN_QUESTIONS_KEY
 from tests.chaos.conftest import compose_config
 
 pytestmark = pytest.mark.chaos
+
+
+@pytest.fixture(autouse=True)
+def own_registry(monkeypatch):
+    """Datasets registered by a test (``data=files``) are forgotten after it."""
+    monkeypatch.setattr(registry, "DATASETS", dict(registry.DATASETS))
 
 
 @pytest.fixture(scope="module")

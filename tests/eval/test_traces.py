@@ -19,6 +19,7 @@ class Traced:
 
 class Result:
     def __init__(self):
+        self.systems = ["m", "dense"]
         self.per_question = {
             "m": [{"question_id": "q1"}, {"question_id": "q2"}],
             "dense": [{"question_id": "q1"}],

@@ -27,9 +27,9 @@ def routed_to_chain(question: str) -> bool:
 
 def reply(prompt: str) -> str:
     """The classifier answers by :func:`routed_to_chain`; every other step gets an empty reply (its fallbacks)."""
-    if "Reply with one word: chained or parallel" in prompt:
+    if "Reply with one word: yes or no." in prompt and "step by step" in prompt:  # the classifier: yes = chained
         question = prompt.rsplit("Question:", 1)[1]
-        return "chained" if routed_to_chain(question) else "parallel"
+        return "yes" if routed_to_chain(question) else "no"
     return ""
 
 

@@ -14,22 +14,40 @@ from glmrag.retrievers.dtkg.scoring import TextEmbeddings, TwoStageScorer, fuse
 from glmrag.retrievers.dtkg.settings import DTKGSettings
 
 
-@pytest.mark.parametrize(("reply", "track", "fallbacks"), [("chained", "chain", 0), (" Parallel.", "parallel", 0)])
-def test_classifier_routes_by_the_reply(scripted_llm, reply, track, fallbacks):
+@pytest.mark.parametrize(("reply", "track"), [("yes", "chain"), (" No.", "parallel")])
+def test_classifier_asks_the_papers_yes_no_question(scripted_llm, reply, track):
+    # DTKG §3.2: "If the classifier outputs 'yes', the question is classified as a chained multi-hop reasoning
+    # question; if it outputs 'no', ... a parallel fact-verification question"
     llm = scripted_llm(lambda p: reply)
     assert TrackRouter(llm, "auto").route("Who is the wife of the director of Inception?", None) == track
     (prompt,) = llm.prompts
-    assert prompt.count("Question:") == 7 and prompt.count("Type: chained") == 3  # 6 shots + the question
+    assert prompt.count("Question:") == 7 and prompt.count("Chained: yes") == 3 and prompt.count("Chained: no") == 3
     assert all(f"{i}. " in prompt for i in range(1, 6))  # the five rules of Table 8
+    assert "Reply with one word: yes or no." in prompt and "chained or parallel" not in prompt
+    assert prompt.rstrip().endswith("Who is the wife of the director of Inception?\nChained:")
+    assert llm.usage.total().events.get("label_fallback", 0) == 0
+
+
+@pytest.mark.parametrize(("reply", "track"), [("chained", "chain"), (" Parallel.", "parallel"), ("yes", "chain")])
+def test_classifier_track_name_labels_are_a_named_option(scripted_llm, reply, track):
+    llm = scripted_llm(lambda p: reply)
+    router = TrackRouter(llm, "auto", labels="chained_parallel")
+    assert router.route("Who is the wife of the director of Inception?", None) == track
+    (prompt,) = llm.prompts
+    assert prompt.count("Type: chained") == 3 and "Reply with one word: chained or parallel." in prompt
     assert prompt.rstrip().endswith("Who is the wife of the director of Inception?\nType:")
-    assert llm.usage.total().events.get("label_fallback", 0) == fallbacks
+    # "yes" is no track name: unreadable under these labels, so the chain fallback (counted)
+    assert llm.usage.total().events.get("label_fallback", 0) == (reply == "yes")
 
 
-def test_classifier_falls_back_to_chain_and_counts_it(scripted_llm):
+@pytest.mark.parametrize("labels", ["yes_no", "chained_parallel"])
+def test_classifier_falls_back_to_chain_and_counts_it(scripted_llm, labels):
     llm = scripted_llm(lambda p: "I am not sure")
     with llm.track("dtkg", "q"):
-        assert TrackRouter(llm, "auto").route("q?", None) == "chain"
+        router = TrackRouter(llm, "auto", labels)
+        assert router.route("q?", None) == "chain"
     assert llm.usage.get("dtkg", "q").events == {"label_fallback": 1}
+    assert router.reason.startswith("classifier fallback to chain")
 
 
 def test_fixed_and_random_modes_call_no_llm(scripted_llm):
@@ -249,4 +267,6 @@ def test_settings_validate():
         DTKGSettings(max_width=0)
     with pytest.raises(ValueError, match="alpha"):
         DTKGSettings(alpha=1.5)
-    assert prompts.CLASS_CHOICES == ("chained", "parallel")
+    with pytest.raises(ValueError, match="classifier_labels='chain_or_not'"):
+        DTKGSettings(classifier_labels="chain_or_not")
+    assert prompts.CLASS_CHOICES == {"yes_no": ("yes", "no"), "chained_parallel": ("chained", "parallel")}

@@ -47,8 +47,8 @@ def corpus_of(index) -> Corpus:
 def both_replies(p: str) -> str:
     if "List the numbers" in p:  # the listwise LLM reranker of the configs
         return "[3, 1]"
-    if "Reply with one word: chained or parallel" in p:
-        return "parallel" if "and who wrote" in p.rsplit("Question:", 1)[1] else "chained"
+    if "Reply with one word: yes or no." in p and "step by step" in p:  # the classifier (§3.2): yes = chained
+        return "no" if "and who wrote" in p.rsplit("Question:", 1)[1] else "yes"
     if "main entity" in p or "enough to answer" in p or "Which facts" in p:
         return chain_reply()(p)
     if "answer with a short phrase" in p and QUESTION.question in p:
@@ -109,11 +109,18 @@ def test_random_mode_is_seeded_per_question(scripted_llm):
         r = make(scripted_llm(both_replies), mode="random", seed=3)
         r.retrieve([QUESTION, PARALLEL_QUESTION], index, corpus, top_k=3)
         tracks.append({q: res.track for q, res in r.results.items()})
-        assert not any("chained or parallel" in p for p in r.llm.prompts)
+        assert not any("step by step" in p for p in r.llm.prompts)
     assert tracks[0] == tracks[1]
 
 
-@pytest.mark.parametrize("key", sorted(CONFIGS))
+@pytest.mark.parametrize(("labels", "field"), [("yes_no", "Chained:"), ("chained_parallel", "Type:")])
+def test_classifier_labels_reach_the_classifier_prompt(scripted_llm, labels, field):
+    llm = scripted_llm(lambda p: "chained" if "Reply with one word: chained or parallel." in p else both_replies(p))
+    index = make_index()
+    make(llm, classifier_labels=labels).retrieve([QUESTION], index, corpus_of(index), top_k=3)
+    assert llm.prompts[0].rstrip().endswith(f"{QUESTION.question}\n{field}")
+
+
 def config_retriever(key, llm, tmp_path, monkeypatch):
     """The retriever of ``configs/retriever/{key}.yaml`` with ``llm`` standing in for SmolLM2."""
     from hydra import compose, initialize_config_dir
@@ -171,7 +178,7 @@ def test_each_config_changes_the_trace_from_the_default(key, scripted_llm, tmp_p
 def test_traces_show_track_links_stages_and_fallbacks(scripted_llm, tmp_path, monkeypatch):
     traces, _ = traced("dtkg", scripted_llm, tmp_path, monkeypatch, replies=both_replies)
     chain, parallel = traces[QUESTION.id], traces[PARALLEL_QUESTION.id]
-    assert chain["track"] == "chain" and chain["why"] == "classifier: 'chained'"
+    assert chain["track"] == "chain" and chain["why"] == "classifier: 'yes'"
     assert chain["central_link"] == {"mention": "Inception", "entity": "inception", "similarity": 1.0, "linked": True}
     assert [layer["candidates"] for layer in chain["triples"]][0] == 4
     assert parallel["track"] == "parallel" and parallel["links"][0]["entity"] == "inception"
@@ -186,6 +193,7 @@ def test_config_instantiates(key, scripted_llm, tmp_path, monkeypatch):
     r = config_retriever(key, llm, tmp_path, monkeypatch)
     s = r.settings
     assert r.name == key and (s.mode, s.scoring, s.denoise) == CONFIGS[key]
+    assert s.classifier_labels == "yes_no" and r.router.labels == "yes_no"  # DTKG §3.2's words in every config
     assert (s.candidates, s.alpha, s.max_depth, s.max_width) == (50, 0.75, 3, 3)
     assert s.keywords == ("id", "source", "version", "metadata") and r.dense.cache_dir == tmp_path / "embeddings"
     assert r.reranker.llm is llm  # the listwise reranker shares the method's LLM and its usage counter

@@ -164,4 +164,41 @@ def test_summary_counts_rewrites_and_rounds(scripted_llm, parts, tmp_path, monke
     fired = sum(isinstance(r["rewrite"], dict) for r in trace["rounds"])
     assert summary["questions"] == 1 and summary["rounds"] == 2
     assert summary["rewrites_fired"] == fired and summary["rewrites_fired"] + summary["rewrites_not_fired"] == 1
+    from glmrag.eval.traces import question_decisions  # what the evaluator's tables read from this trace
+
+    pointed = all(r["targets"] and r["targets"][0][1] > 0 for r in trace["rounds"])
+    assert question_decisions(trace) == {"pointer": not pointed, "rewrite": fired == 0}
     assert np.isfinite([v for _, v in trace["rounds"][-1]["ranking"]]).all()
+
+
+def test_generated_name_gives_its_entity_the_full_pointer_share(scripted_llm, parts, monkeypatch):
+    # App. A: the generated name's entity "replaces the rewriting choice and receives the full restart share"
+    from test_hyperaddress_rewrite import WordEncoder
+
+    from glmrag.retrievers.hyperaddress import HyperAddressRetriever
+    from glmrag.retrievers.hyperaddress.steering import Steering
+
+    restarts = []
+    pagerank = HyperAddressRetriever.pagerank
+
+    def recording(self, graph, weights, r_p, r_e):
+        restarts.append((r_p.copy(), r_e.copy()))
+        return pagerank(self, graph, weights, r_p, r_e)
+
+    monkeypatch.setattr(HyperAddressRetriever, "pagerank", recording)
+    reader = scripted_reader(scripted_llm, parts)  # names the bridge "Ann Lee"
+    steering = Steering(reader, rounds=1, read_top=3, heads=[(0, 0)], target="generated_name", transition_gain=0.0)
+    retriever = HyperAddressRetriever(encoder=WordEncoder(), steering=steering, restart_top=5)
+    index = world_index()
+    retriever.retrieve([QUESTION], index, CORPUS, top_k=3)
+    (step,) = steering.traces["q"]["rounds"]
+    assert step["generated_name"] == "Ann Lee" and len(step["targets"]) >= 2
+    assert step["targets"][0] == ["ann lee", 1.0] and all(score == 0.0 for _, score in step["targets"][1:])
+    from glmrag.eval.traces import question_decisions
+
+    assert question_decisions(steering.traces["q"]) == {"generated name": False}  # a name came: no fallback
+    q_p, q_e = retriever.restart_for(retriever.prepare(index, CORPUS), [QUESTION.question])
+    share = np.zeros(index.num_entities)
+    share[index.entities.index("ann lee")] = 1.0  # all of the pointer term's mass on the named entity
+    final_p, final_e = restarts[-1]
+    assert final_p == pytest.approx(q_p[:, 0] / 2) and final_e == pytest.approx((q_e[:, 0] + share) / 2)

@@ -167,3 +167,67 @@ def test_rewrite_needs_two_rounds():
     with pytest.raises(ValueError, match="rewrite=True with rounds=1"):
         Steering(None, rounds=1, rewrite=True)
     assert Steering(None, rounds=1).rewrite is False and Steering(None, rounds=2).rewrite is True
+
+
+@pytest.mark.parametrize(
+    ("question", "name"),
+    [
+        ("David Jones is an international in rugby union and another sport that was started when?", "rugby union"),
+        ("Who led the reign of terror in the country where the revolution began?", "reign of terror"),
+        ("What ended the tiananmen square protests in the capital of the country?", "tiananmen square protests"),
+        ("Which king broke with the pope to found anglicanism in the island country?", "anglicanism"),
+    ],
+)
+def test_linked_names_are_anchors_whatever_their_case(question, name):
+    start = question.index(name)
+    end = start + len(name)
+    unprotected = candidate_spans(question, 4, anchor_spans(question))
+    assert any(a < end and start < b for a, b in unprotected)  # lower case: no anchor by capitals alone
+    for given in (name, name.title()):  # the index's entity name, or an NER mention written otherwise
+        spans = candidate_spans(question, 4, anchor_spans(question, names=[given]))
+        assert spans and not any(a < end and start < b for a, b in spans), spans_text(question, spans)
+
+
+def test_the_retriever_protects_the_questions_linked_mentions(reader):
+    from glmrag.index.kg import EntityLink
+
+    # without links the best span is "is the largest association" (test above); an NER mention over it keeps it
+    kg = index()
+    kg.question_links["q"] = [EntityLink("largest association", NAMES.index("american psychological association"), 1)]
+    kw = {"rounds": 2, "read_top": 3, "heads": [(0, 0), (1, 2)], "rewrite_candidates": 10, "rewrite_threshold": 0.5}
+    steering = Steering(reader, **kw)
+    HyperAddressRetriever(encoder=WordEncoder(), steering=steering, restart_top=5).retrieve([QUESTION], kg, CORPUS, 3)
+    assert steering.traces["q"]["rounds"][0]["rewrite"] == "none"  # no other span reaches the threshold
+    _, unlinked = steered(reader, **kw)
+    assert "largest association" in unlinked.traces["q"]["rounds"][0]["rewrite"]["span"]
+
+
+class LabelsOf:
+    """Each entity labelled by a fixed description."""
+
+    name = "fixed"
+
+    def __init__(self, labels: dict[str, str]) -> None:
+        self.labels = labels
+
+    def describe(self, passage, entities):
+        return [(self.labels[e],) for e in entities]
+
+
+def test_an_entity_the_question_names_is_no_rewrite_candidate():
+    from glmrag.graph.hypergraph import Hypergraph
+    from glmrag.retrievers.hyperaddress.reader_pointers import ReadContext
+
+    graph = Hypergraph()
+    passages = [Passage.make("Ann Lee", "Ann Lee, the first president of the society, was born in Boston.")]
+    labels = {"ann lee": "first president of the society", "boston": "a city in massachusetts"}
+    graph.add_passages(passages, [["ann lee", "boston"]], LabelsOf(labels))
+    ann, boston = graph.entities.index("ann lee"), graph.entities.index("boston")
+    context = ReadContext(None, None, [ann, boston], None, [0], {ann: "Ann Lee", boston: "Boston"})
+    question = "Was ann lee the first president of the society born in a city in massachusetts?"
+    steering = Steering(None, rounds=2, rewrite_candidates=1, rewrite_threshold=0.5)
+    retriever = HyperAddressRetriever(encoder=WordEncoder())
+    # ann lee points highest, but the question names it (lower case): the one candidate is boston
+    new = steering.rewritten(retriever, graph, lambda p: passages[p], context, np.array([0.9, 0.5]), question)
+    assert (new.entity, new.span) == (boston, "a city in massachusetts")
+    assert new.after == "Was ann lee the first president of the society born in Boston?"

@@ -109,3 +109,31 @@ def test_walk_is_cached_per_index(random_graph):
     assert retriever.prepare(b) is not retriever.prepare(a)
     x = personalized_pagerank(retriever.prepare(a), np.full((50, 1), 1 / 50))
     assert x.shape == (50, 1) and x.sum() == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize("damping", [0.2, 0.85])
+def test_the_retriever_walks_with_its_damping(random_graph, damping):
+    # at 0.5 damping and 1 - damping coincide: only other values tell an edge-following probability from a restart one
+    index = random_graph(120, 200, seed=7)
+    questions = _questions(index, [[1, 2], [5]])
+    scores = PPRRetriever(damping=damping, tol=1e-13, dtype="float64").entity_scores(questions, index)
+    count = index.entity_passage_count
+    for b, seeds in enumerate([[1, 2], [5]]):
+        personalization = {s: 1.0 / max(count[s], 1.0) for s in seeds}
+        reference = nx.pagerank(_graph(index), alpha=damping, personalization=personalization, tol=1e-14, max_iter=1000)
+        assert np.allclose(scores[b], [reference[v] for v in range(index.num_entities)], atol=1e-9)
+
+
+def test_ppr_config_uses_hipporags_damping(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+
+    from glmrag.jobs.evaluate import make_retrievers
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("GLMRAG_CACHE_DIR", str(tmp_path))
+    with initialize_config_dir(config_dir=str(root / "configs"), version_base="1.3"):
+        cfg = compose(config_name="eval", overrides=["retriever=[ppr]", "output_dir=unused"])
+    # HippoRAG (Gutiérrez et al., 2024), implementation details: damping factor 0.5
+    assert make_retrievers(cfg.retriever)["ppr"].damping == 0.5

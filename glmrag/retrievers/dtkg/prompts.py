@@ -16,6 +16,17 @@ from collections.abc import Sequence
 
 from glmrag.llm.base import Message
 
+CLASSIFY_RULES_YES_NO = """Decide whether a multi-hop question must be answered step by step.
+Rules:
+1. If the answer depends on an intermediate entity that must be found first, answer yes.
+2. A question about one attribute of one named entity: no.
+3. Comparing entities that can each be looked up on their own: no.
+4. Several independent facts about the same entity: no.
+5. If a single fact (one triple) answers it: no.
+Reply with one word: yes or no."""
+"""DTKG §3.2's question: "If the classifier outputs 'yes', the question is classified as a chained multi-hop
+reasoning question; if it outputs 'no', ... a parallel fact-verification question"; the rules of Table 8."""
+
 CLASSIFY_RULES = """Decide how a multi-hop question must be answered.
 Rules:
 1. If the answer depends on an intermediate entity that must be found first, it is chained.
@@ -24,6 +35,8 @@ Rules:
 4. Several independent facts about the same entity are parallel.
 5. If a single fact (one triple) answers it, it is parallel.
 Reply with one word: chained or parallel."""
+"""The same rules with the track names as the reply (``classifier_labels: chained_parallel``, glmrag's earlier
+prompt; not the paper's words)."""
 
 CLASSIFY_EXAMPLES: tuple[tuple[str, str], ...] = (
     ("Who was the teacher of the painter of The Night Watch?", "chained"),
@@ -35,7 +48,9 @@ CLASSIFY_EXAMPLES: tuple[tuple[str, str], ...] = (
 )
 """Six annotated examples (rule 1 three times; rules 3, 4 and 2/5 once each)."""
 
-CLASS_CHOICES = ("chained", "parallel")
+CLASS_CHOICES = {"yes_no": ("yes", "no"), "chained_parallel": ("chained", "parallel")}
+"""Per ``classifier_labels``, the reply words: the first means the chained track, the second the parallel one."""
+_CLASSIFY = {"yes_no": (CLASSIFY_RULES_YES_NO, "Chained"), "chained_parallel": (CLASSIFY_RULES, "Type")}
 
 
 def chat(content: str) -> list[Message]:
@@ -46,9 +61,14 @@ def numbered(lines: Sequence[str]) -> str:
     return "\n".join(f"{i}. {line}" for i, line in enumerate(lines, start=1))
 
 
-def classify(question: str) -> list[Message]:
-    shots = "\n".join(f"Question: {q}\nType: {t}" for q, t in CLASSIFY_EXAMPLES)
-    return chat(f"{CLASSIFY_RULES}\n\n{shots}\nQuestion: {question}\nType:")
+def classify(question: str, labels: str = "yes_no") -> list[Message]:
+    """The 6-shot classifier prompt (§3.2, App. C.1/C.3), its examples labelled with ``labels``' words."""
+    rules, field = _CLASSIFY[labels]
+    chained, parallel = CLASS_CHOICES[labels]
+    shots = "\n".join(
+        f"Question: {q}\n{field}: {chained if t == 'chained' else parallel}" for q, t in CLASSIFY_EXAMPLES
+    )
+    return chat(f"{rules}\n\n{shots}\nQuestion: {question}\n{field}:")
 
 
 def draft(question: str) -> list[Message]:

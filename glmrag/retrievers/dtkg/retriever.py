@@ -64,6 +64,7 @@ class DTKGRetriever:
         embed_model: sentence-transformers name or path of ``h(.)`` (Eq. 6) and the dense fill.
         reranker: ``"llm"`` (listwise by ``llm``, App. A.4), a cross-encoder name or path, or a Reranker.
         mode, scoring, denoise: the ablations of DTKG Tables 2, 3, 4 (:mod:`~glmrag.retrievers.dtkg.settings`).
+        classifier_labels: the classifier's reply words, ``yes_no`` (§3.2) or ``chained_parallel``.
         candidates ... keywords: the constants of :class:`~glmrag.retrievers.dtkg.settings.DTKGSettings`.
         name: the method name (the usage tag and the system name in reports).
         seed: seeds the ``random`` mode and scoring.
@@ -77,6 +78,7 @@ class DTKGRetriever:
         embed_model: str = DEFAULT_MODEL,
         reranker: str | Reranker = "llm",
         mode: str = "auto",
+        classifier_labels: str = "yes_no",
         scoring: str = "hybrid",
         denoise: str = "task_aware",
         candidates: int = defaults.CANDIDATES,
@@ -100,6 +102,7 @@ class DTKGRetriever:
     ) -> None:
         self.settings = DTKGSettings(
             mode=mode,
+            classifier_labels=classifier_labels,
             scoring=scoring,
             denoise=denoise,
             candidates=candidates,
@@ -123,7 +126,7 @@ class DTKGRetriever:
         self.embed = TextEmbeddings(encoder if encoder is not None else self.dense.embedder)
         scorer = TwoStageScorer(self.embed, self.reranker, candidates, alpha, scoring)
         denoiser = Denoiser(self.settings, llm)
-        self.router = TrackRouter(llm, mode)
+        self.router = TrackRouter(llm, mode, classifier_labels)
         self.tracks = {
             "parallel": ParallelTrack(llm, self.settings, scorer, denoiser, self.linker),
             "chain": ChainTrack(llm, self.settings, scorer, denoiser, self.linker),

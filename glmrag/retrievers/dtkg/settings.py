@@ -19,6 +19,9 @@ MODES = ("auto", "parallel", "chain", "random")
 (Only-Fact Verification, Only-Reasoning Chain, Random Classification)."""
 SCORINGS = ("hybrid", "cosine", "rerank", "random")
 """DTKG Table 3: Two-Stage (Full), S_cos Only, S_rr Only, None (Random)."""
+CLASSIFIER_LABELS = ("yes_no", "chained_parallel")
+"""The classifier's reply words: ``yes_no``, the paper's (§3.2: "yes" -> chained, "no" -> parallel), or
+``chained_parallel``, the track names (glmrag's earlier prompt; a named deviation, docs/fidelity.md)."""
 DENOISES = ("none", "generic", "task_aware")
 """DTKG Table 4: w/o Denoise, Generic Denoise (rules + global threshold, no LLM), Task-Aware (Full, §3.4)."""
 
@@ -71,6 +74,8 @@ class DTKGSettings:
 
     mode: str = "auto"
     """Track routing: one of :data:`MODES`."""
+    classifier_labels: str = "yes_no"
+    """The classifier's reply words (``mode="auto"``): one of :data:`CLASSIFIER_LABELS`."""
     scoring: str = "hybrid"
     """Candidate scoring: one of :data:`SCORINGS`."""
     denoise: str = "task_aware"
@@ -105,6 +110,7 @@ class DTKGSettings:
     def __post_init__(self) -> None:
         for key, value, allowed in (
             ("mode", self.mode, MODES),
+            ("classifier_labels", self.classifier_labels, CLASSIFIER_LABELS),
             ("scoring", self.scoring, SCORINGS),
             ("denoise", self.denoise, DENOISES),
         ):

@@ -296,9 +296,14 @@ class HyperAddressRetriever:
         return x_p[:, 0], x_e[:, 0]
 
     def scores(
-        self, questions: Sequence[Question], hyper: HyperIndex, corpus: Corpus | None = None
+        self,
+        questions: Sequence[Question],
+        hyper: HyperIndex,
+        corpus: Corpus | None = None,
+        index: KGIndex | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """PageRank of passages and entities, walk only or steered (then ``corpus`` is needed).
+        """PageRank of passages and entities, walk only or steered (then ``corpus`` is needed; ``index``'s
+        question links name what a rewrite must keep, :func:`protected_names`).
 
         Shapes: -> (B, P), (B, E).
         """
@@ -319,7 +324,14 @@ class HyperAddressRetriever:
                 before = _usage_of(reader.llm, self.name, q.id)
                 with reader.track(self.name, q.id):
                     x_p[b], x_e[b] = self.steering.steer(
-                        self, hyper, passage, q.id, q.question, (r_p[:, b], r_e[:, b]), (x_p[b], x_e[b])
+                        self,
+                        hyper,
+                        passage,
+                        q.id,
+                        q.question,
+                        (r_p[:, b], r_e[:, b]),
+                        (x_p[b], x_e[b]),
+                        protected_names(index, q.id) if index is not None else (),
                     )
                 self._cost[q.id] = _usage_of(reader.llm, self.name, q.id).since(before)
         return x_p, x_e
@@ -355,7 +367,7 @@ class HyperAddressRetriever:
         rankings: list[Ranking] = []
         for start in progress(range(0, len(questions), self.batch_size), self.name, unit="batch"):
             batch = questions[start : start + self.batch_size]
-            x_p, x_e = self.scores(batch, hyper, corpus)
+            x_p, x_e = self.scores(batch, hyper, corpus, index)
             positions, values = top_k_stable(x_p, top_k)
             entities, entity_values = top_k_stable(x_e, self.top_entities)
             rankings += make_rankings(
@@ -427,6 +439,13 @@ class NameDescriber:
 
     def describe(self, passage, entities: Sequence[str]) -> list[tuple[str, ...]]:
         return [(e,) for e in entities]
+
+
+def protected_names(index: KGIndex, question_id: str) -> list[str]:
+    """What the question names by the index's links: each linked entity's name and the question's NER mention
+    (any case; the rewrite keeps them, :mod:`~glmrag.retrievers.hyperaddress.rewrite`)."""
+    links = index.question_links.get(question_id, [])
+    return list(dict.fromkeys([index.entities[link.entity] for link in links] + [link.mention for link in links]))
 
 
 def _usage_of(llm, method: str, question_id: str | None = None) -> Usage:

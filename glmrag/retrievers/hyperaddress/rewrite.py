@@ -15,7 +15,11 @@ So a span may be rewritten only if it overlaps no **anchor**:
   between them ("Journal of Psychotherapy Integration", "Bubye River");
 - a word with a digit (years, numbers) or a quoted phrase;
 - a mention of a title of a read passage (titles are what the corpus names;
-  a question may write one in lower case).
+  a question may write one in lower case);
+- a mention, whatever its case, of an entity the question was linked to or
+  of the question's own NER spans (the index's ``question_links``): the index
+  names "rugby union", "reign of terror", "anglicanism" in lower case, and a
+  rewrite of "an international in rugby" must not split "rugby union".
 
 A span must also hold a word outside :data:`FUNCTION_WORDS` (a description
 says something). The labels a span is compared with are the descriptions on
@@ -61,8 +65,11 @@ def word_spans(question: str) -> list[tuple[int, int]]:
     return out
 
 
-def anchor_spans(question: str, titles: Sequence[str] = ()) -> list[tuple[int, int]]:
-    """Character spans of ``question`` that name something (module docstring); never rewritten."""
+def anchor_spans(question: str, titles: Sequence[str] = (), names: Sequence[str] = ()) -> list[tuple[int, int]]:
+    """Character spans of ``question`` that name something (module docstring); never rewritten.
+
+    ``titles``: the read passages' titles; ``names``: the question's linked entities and NER mentions.
+    """
     words = word_spans(question)
     bare = [question[a:b].strip(_STRIP) for a, b in words]
     capital = [bool(w) and w[0].isupper() for w in bare]
@@ -73,8 +80,8 @@ def anchor_spans(question: str, titles: Sequence[str] = ()) -> list[tuple[int, i
             named[i] = nxt is not None and capital[nxt]
     out = [words[i] for i, n in enumerate(named) if n]
     out += [m.span() for m in _QUOTED.finditer(question)]
-    for title in titles:
-        out += mention_spans(question, title)
+    for name in (*titles, *names):
+        out += mention_spans(question, name)
     return out
 
 

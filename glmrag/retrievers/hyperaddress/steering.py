@@ -183,18 +183,28 @@ class Steering:
             blocks.append((int(p), passage(int(p)), entities))
         return build_context(self.reader, blocks, question)
 
-    def rewritten(self, retriever, graph, passage, context: ReadContext, scores: np.ndarray, question: str):
+    def rewritten(
+        self,
+        retriever,
+        graph,
+        passage,
+        context: ReadContext,
+        scores: np.ndarray,
+        question: str,
+        protected: Sequence[str] = (),
+    ):
         """The question with one description span replaced by the entity it most likely describes, or None.
 
-        Never a span over a named anchor (:func:`~glmrag.retrievers.hyperaddress.rewrite.anchor_spans`); see
-        App. A and :mod:`~glmrag.retrievers.hyperaddress.rewrite`. Returns a
+        Never a span over a named anchor (:func:`~glmrag.retrievers.hyperaddress.rewrite.anchor_spans`; with
+        ``protected``, the question's linked entity names and NER mentions, in any case); see App. A and
+        :mod:`~glmrag.retrievers.hyperaddress.rewrite`. Returns a
         :class:`~glmrag.retrievers.hyperaddress.rewrite.Rewrite`.
         """
         order = np.argsort(-scores, kind="stable")
         unnamed = [c for c in order if not mention_spans(question, graph.entities[context.candidates[c]])]
         chosen = [context.candidates[c] for c in unnamed[: self.rewrite_candidates] if scores[c] > 0]
         titles = [passage(p).title for p in context.passages]
-        spans = candidate_spans(question, self.max_span, anchor_spans(question, titles))
+        spans = candidate_spans(question, self.max_span, anchor_spans(question, titles, protected))
         read = set(context.passages)
         labels = []
         for i in np.flatnonzero(np.isin(graph.incidence_entity, chosen)):
@@ -236,12 +246,14 @@ class Steering:
         question: str,
         restart: tuple[np.ndarray, np.ndarray],
         walk: tuple[np.ndarray, np.ndarray],
+        protected: Sequence[str] = (),
     ) -> tuple[np.ndarray, np.ndarray]:
         """Run the rounds for one question from its walk-only ranking; returns the steered (P,), (E,) PageRank.
 
         ``retriever`` provides ``restart_for``, ``pagerank``, ``labels`` and ``embedder``
         (:class:`~glmrag.retrievers.hyperaddress.retriever.HyperAddressRetriever`); ``restart`` is the
-        question's description restart and ``walk`` its walk-only PageRank, each as passages (P,) and entities (E,).
+        question's description restart and ``walk`` its walk-only PageRank, each as passages (P,) and entities (E,);
+        ``protected``: names no rewrite may touch (the question's linked entities and NER mentions).
         """
         graph = hyper.graph
         heads = self.addressing_heads(graph, passage)
@@ -275,7 +287,11 @@ class Steering:
                     read = np.concatenate([np.asarray(graph.incidences_of(p), int) for p in context.passages])
                     factor[read] = 1.0 + self.transition_gain * pointed[graph.incidence_entity[read]]
             if self.rewrite and k < self.rounds - 1:
-                new = self.rewritten(retriever, graph, passage, context, scores, versions[-1]) if scores.size else None
+                new = (
+                    self.rewritten(retriever, graph, passage, context, scores, versions[-1], protected)
+                    if scores.size
+                    else None
+                )
                 step["rewrite"] = new.as_dict() if new is not None else "none"
                 if new is not None:
                     versions.append(new.after)
