@@ -73,7 +73,7 @@ def question_subgraphs(index: KGIndex, question_ids: Sequence[str], settings: Su
 
     The call and its arguments are :func:`glmrag.models.glm_inputs.question_record`'s: the question's
     linked seeds, ``settings.max_hops``, ``settings.max_triplets`` and the BFS seed
-    ``settings.bfs_seed(question_id)`` (GLM-RAG App. C).
+    ``settings.bfs_seed(question_id)`` (GLM-RAG App. B.2).
     """
     return [
         select_subgraph(index, index.seeds(q), settings.max_hops, settings.max_triplets, seed=settings.bfs_seed(q))
@@ -93,9 +93,10 @@ class GNNRetrieverModule(RetrieverModule):
 
     Args:
         hidden_channels, num_layers, question_dim, relation_dim, node_dim, use_node_features, query_injection,
-            dropout: the fields of :class:`~glmrag.nn.gnn.GNNConfig`.
+            dropout, aggregation: the fields of :class:`~glmrag.nn.gnn.GNNConfig` (``aggregation`` changes
+            memory, not results, so checkpoints saved before it existed load with the default, ``fused``).
         max_hops, max_triplets, subgraph_seed: restrict each question to the subgraph the GLM reads (GLM-RAG
-            §5.5, Table 3; selection GLM-RAG App. C: 2 hops); ``max_triplets=None`` runs on the whole KG
+            §5.5, Table 3; selection GLM-RAG App. B.2: 2 hops); ``max_triplets=None`` runs on the whole KG
             (GFM-RAG) and ignores the other two.
         optimizer: ``params -> Optimizer`` (Hydra ``_partial_: true``); None: AdamW lr 5e-4.
         scheduler: ``optimizer -> LRScheduler`` (``_partial_: true``), stepped per epoch on ``val/loss``; or None.
@@ -122,6 +123,7 @@ class GNNRetrieverModule(RetrieverModule):
         use_node_features: bool = False,
         query_injection: str = "all",
         dropout: float = 0.0,
+        aggregation: str = "fused",
         max_hops: int = MAX_HOPS,
         max_triplets: int | None = None,
         subgraph_seed: int = 0,
@@ -164,6 +166,7 @@ class GNNRetrieverModule(RetrieverModule):
                 use_node_features=use_node_features,
                 query_injection=query_injection,
                 dropout=dropout,
+                aggregation=aggregation,
             )
         )
         if stage == "kgc":

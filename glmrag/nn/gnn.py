@@ -25,7 +25,8 @@ One edge list then serves the whole batch, gather and scatter run over
 contiguous rows of ``B * H`` floats, and a relation vector is broadcast over
 the batch instead of being copied per question. (Flattening to ``(B * E, H)``
 would need an edge list B times as long with offsets ``b * E`` for the same
-arithmetic.) Memory is dominated by the ``(2T, B, H)`` messages of each layer.
+arithmetic.) The default fused aggregation never stores the ``(2T, B, H)`` messages of a layer
+(:mod:`glmrag.nn.rspmm`), so memory grows with entities x batch x hidden, not with edges.
 
 Budgeted subgraphs (GLM-RAG §5.5, Table 3): with a
 :class:`~glmrag.nn.subgraph_batch.SubgraphBatch` each question passes messages along its own
@@ -41,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from glmrag.nn.gnn_conv import QueryRelationalConv
+from glmrag.nn.gnn_conv import AGGREGATIONS, QueryRelationalConv
 from glmrag.nn.graph_inputs import GraphInputs
 from glmrag.nn.subgraph_batch import SubgraphBatch
 
@@ -76,6 +77,11 @@ class GNNConfig:
     ``"hidden_all"``: ``(W_q e) ⊙ x'_v + w_v W_q e``; ``"hidden_seeds"``: ``x'_v + w_v W_q e``."""
     dropout: float = 0.0
     """Dropout on each layer's update before the residual (GFM-RAG uses none)."""
+    aggregation: str = "fused"
+    """How each layer sums its DistMult messages (same results, different memory): ``"fused"`` walks the
+    edges in chunks without storing the ``(2T, B, H)`` messages (:mod:`glmrag.nn.rspmm`; GFM-RAG's code uses
+    ULTRA's C++ ``rspmm`` for this) and keeps less of the layer update for backward; ``"materialized"`` is the
+    layer as first written, with PyG's ``message`` (the reference)."""
 
     @property
     def paper_injection(self) -> bool:
@@ -93,6 +99,8 @@ class GNNConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"GNNConfig.dropout must lie in [0, 1), got {self.dropout}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"GNNConfig.aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
         if self.paper_injection and self.node_dim != self.question_dim:
             raise ValueError(
                 f"GNNConfig.query_injection={self.query_injection!r} multiplies question and entity embeddings "
@@ -112,7 +120,9 @@ class QueryGNN(nn.Module):
         self.relation_proj = nn.Linear(config.relation_dim, hidden)  # GFM-RAG rel_mlp, shared by all layers
         separate = config.use_node_features and config.query_injection in HIDDEN_INJECTIONS
         self.node_proj = nn.Linear(config.node_dim, hidden) if separate else None  # hidden_* variants only
-        self.convs = nn.ModuleList(QueryRelationalConv(hidden, config.dropout) for _ in range(config.num_layers))
+        self.convs = nn.ModuleList(
+            QueryRelationalConv(hidden, config.dropout, config.aggregation) for _ in range(config.num_layers)
+        )
         # Entity scorer: a 2-layer MLP over [h_L, q] (GLM-RAG Table 14).
         self.readout = nn.Sequential(nn.Linear(2 * hidden, 2 * hidden), nn.ReLU(), nn.Linear(2 * hidden, 1))
 
