@@ -81,16 +81,16 @@ import functools
 import gc
 import json
 import pickle
-import signal
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import transformers
+from gpu_common import error_text, stop_on_sigterm
 from torch.nn.attention.flex_attention import BlockMask
 from transformers import T5Config, T5EncoderModel
 
@@ -237,30 +237,6 @@ def build_path(
         return plain.to(device=device, dtype=dtype)
     backend, attention = path.split("-")
     return GLMEncoder(t5, attention=attention, backend=backend).to(device=device, dtype=dtype)
-
-
-def error_text(err: BaseException) -> str:
-    """The error and what caused it (dynamo's recompile limit, say), short enough for the JSON."""
-    text = f"{type(err).__name__}: {err}"
-    if err.__cause__ is not None:
-        text += f" (caused by {type(err.__cause__).__name__}: {err.__cause__})"
-    return text[:1500]
-
-
-@contextlib.contextmanager
-def stop_on_sigterm(on_stop: Callable[[int], None]) -> Iterator[None]:
-    """Within the block, SIGTERM (``timeout`` in ``gpu_check.sh``) calls ``on_stop`` (which records and saves
-    what is measured) and exits with 124; the previous handler is restored after the block."""
-
-    def handler(signum: int, frame: object) -> None:
-        on_stop(signum)
-        raise SystemExit(124)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def skipped_blocks(block_mask: BlockMask) -> float:

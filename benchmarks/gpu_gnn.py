@@ -26,16 +26,15 @@ Writes ``--out`` (JSON, rewritten after every cell) and prints it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
-import signal
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from gpu_common import error_text, stop_on_sigterm
 
 from glmrag.index.synthetic import power_law_index, random_questions
 from glmrag.io import atomic_write_text
@@ -110,14 +109,6 @@ def time_runs(run, device: torch.device, warmup: int, repeats: int) -> list[floa
     return times
 
 
-def error_text(err: BaseException) -> str:
-    """The error and what caused it, short enough for the JSON."""
-    text = f"{type(err).__name__}: {err}"
-    if err.__cause__ is not None:
-        text += f" (caused by {type(err.__cause__).__name__}: {err.__cause__})"
-    return text[:1500]
-
-
 def measure_cell(
     config: GNNConfig, mode: str, precision: str, inputs: dict[str, Any], device: torch.device, args
 ) -> dict[str, Any]:
@@ -162,22 +153,6 @@ def measure_cell(
         peak = torch.cuda.max_memory_allocated(device)
         cell |= {"peak_gib": round(peak / 2**30, 4), "extra_gib": round((peak - base) / 2**30, 4)}
     return cell
-
-
-@contextlib.contextmanager
-def stop_on_sigterm(on_stop: Callable[[int], None]) -> Iterator[None]:
-    """Within the block, SIGTERM (``timeout`` in ``gpu_check.sh``) calls ``on_stop`` (which records and saves
-    what is measured) and exits with 124; the previous handler is restored after the block."""
-
-    def handler(signum: int, frame: object) -> None:
-        on_stop(signum)
-        raise SystemExit(124)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

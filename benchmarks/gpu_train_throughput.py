@@ -55,16 +55,15 @@ import contextlib
 import dataclasses
 import json
 import platform
-import signal
 import tempfile
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
+from gpu_common import stop_on_sigterm
 from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader
 
@@ -419,22 +418,6 @@ def measure(
         "val_questions": val_questions,
     }
     return row if inputs is None else row | {"inputs": inputs}
-
-
-@contextlib.contextmanager
-def stop_on_sigterm(on_stop: Callable[[int], None]) -> Iterator[None]:
-    """Within the block, SIGTERM (``timeout`` in ``gpu_check.sh``) calls ``on_stop`` (which records and saves
-    what is measured) and exits with 124; the previous handler is restored after the block."""
-
-    def handler(signum: int, frame: object) -> None:
-        on_stop(signum)
-        raise SystemExit(124)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
