@@ -132,9 +132,10 @@ def _resumable(folder: Path) -> list[tuple[float, Path]]:
     """(modification time, path) of the whole :data:`RESUMABLE` checkpoints directly in ``folder``; a truncated
     one (a kill while it was written, on old glmrag or another tool) is skipped with a warning."""
     found = [p for pattern in RESUMABLE for p in folder.glob(pattern) if p.is_file()]
-    for path in [p for p in found if not whole_checkpoint(p)]:
+    whole = [p for p in found if whole_checkpoint(p)]  # each file's zip directory read once
+    for path in sorted(set(found) - set(whole)):
         log.warning("skipping %s: truncated or not a checkpoint (%d bytes)", path, path.stat().st_size)
-    return [(p.stat().st_mtime, p) for p in found if whole_checkpoint(p)]
+    return [(p.stat().st_mtime, p) for p in whole]
 
 
 def resume_checkpoint(folder: str | os.PathLike[str]) -> str | None:
