@@ -1,6 +1,6 @@
-"""The README's "Several GPUs and nodes" commands, composed with Hydra and turned into Trainers without launching.
+"""The commands of docs/clusters.md, composed with Hydra and turned into Trainers without launching.
 
-Each command of that section is read from README.md. Its overrides are composed as ``train.py`` would,
+Each command of that page is read from docs/clusters.md. Its overrides are composed as ``train.py`` would,
 and its Trainer is built from ``cfg.trainer`` with ``accelerator="cpu"`` standing in for the GPUs
 (the strategy, world size and cluster environment do not depend on the accelerator), under the
 environment variables its launcher sets: torchrun's (``TORCHELASTIC_RUN_ID``, ``WORLD_SIZE``, ``RANK``,
@@ -26,13 +26,13 @@ from lightning.pytorch.strategies import DDPStrategy
 from glmrag.models.kg_sampler import KGBatchSampler
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTION = ("### Several GPUs and nodes", "## Studies")
+SECTION = ("# Several GPUs and nodes", "## Where to go next")
 LAUNCH_VARS = re.compile(r"^(SLURM_|TORCHELASTIC_|WORLD_SIZE$|RANK$|LOCAL_RANK$|GROUP_RANK$|LOCAL_WORLD_SIZE$|MASTER_)")
 
 
 @dataclass
 class Command:
-    """One README command: its launcher (python, torchrun or srun), launcher options and Hydra overrides."""
+    """One docs/clusters.md command: its launcher (python, torchrun or srun), launcher options and Hydra overrides."""
 
     launcher: str
     overrides: list[str]
@@ -44,8 +44,8 @@ class Command:
 
 
 def readme_commands() -> list[Command]:
-    """Every ``train.py`` command in the README section, in order."""
-    text = (ROOT / "README.md").read_text()
+    """Every ``train.py`` command of docs/clusters.md, in order."""
+    text = (ROOT / "docs" / "clusters.md").read_text()
     section = text[text.index(SECTION[0]) : text.index(SECTION[1])]
     commands, sbatch = [], {}
     for block in re.findall(r"```bash\n(.*?)```", section, flags=re.S):
