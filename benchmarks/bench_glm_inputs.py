@@ -47,7 +47,8 @@ from glmrag.graph.subgraph import select_subgraph
 from glmrag.index.cache import get_index
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
-from glmrag.models.subgraph_data import RankStream, StreamBatchSampler, write_split
+from glmrag.models.shard_stream import RankStream, StreamBatchSampler
+from glmrag.models.subgraph_data import write_split
 
 EXTRACTORS = {"musique100": "openie", "2wiki_test": "spacy"}
 BATCH = 2  # GLM-RAG Table 14

@@ -31,7 +31,7 @@ import numpy as np
 from bench_glm_inputs import index_of
 
 from glmrag.data.registry import load_dataset
-from glmrag.graph import positions
+from glmrag.graph import path_positions, positions
 from glmrag.graph.levi import layout_subgraph
 from glmrag.graph.subgraph import select_subgraph
 from glmrag.index.embed import DEFAULT_MODEL
@@ -90,15 +90,15 @@ def compare(layouts: list, before: types.ModuleType, repeats: int) -> dict[str, 
 
 def by_block(layouts: list, args) -> dict[int, float]:
     """Mean CPU ms per question of path mode at each ``--row-blocks`` size, interleaved."""
-    default, spent = positions.ROW_BLOCK, dict.fromkeys(args.row_blocks, 0.0)
+    default, spent = path_positions.ROW_BLOCK, dict.fromkeys(args.row_blocks, 0.0)
     try:
         for _ in range(args.repeats):
             for layout in layouts:
                 for block in args.row_blocks:
-                    positions.ROW_BLOCK = block
+                    path_positions.ROW_BLOCK = block
                     spent[block] += timed(positions.graph_positions, layout, "path")
     finally:
-        positions.ROW_BLOCK = default
+        path_positions.ROW_BLOCK = default
     return {block: round(seconds / (args.repeats * len(layouts)) * 1e3, 1) for block, seconds in spent.items()}
 
 

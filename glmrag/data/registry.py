@@ -1,24 +1,11 @@
 """Named datasets: ``load_dataset("musique100", split="test", limit=20)``.
 
-Two datasets are embedded in the package (see ``glmrag/data/embedded/NOTICE.md``);
-the others are read from the shared data folder, found in this order:
-``root`` argument, ``$GLMRAG_DATA_DIR``, then ``<repo root>/../shared/data``
-(located relative to this file, for a source checkout).
-
-Splits. None of the registered datasets carries an official train/validation/test
-partition of its own questions (each is one slice of one benchmark split), so
-every one is split the same fixed way (:func:`split_assignment`; a dataset whose files
-carry their own split, ``Dataset.splits``, keeps it instead): questions are
-ranked by ``sha256("glmrag-split-v1:" + id)``; the first ``round(0.6 n)`` are
-``train``, the next ``round(0.2 n)`` ``validation``, the rest ``test`` (musique100:
-exactly 60/20/20). The split depends only on the ids, never on file order or
-``limit``. The corpus is always the full corpus; ``limit`` keeps the first N
-questions (file order) of the split.
-
-OpenIE. ``musique100`` ships HippoRAG's OpenIE extraction of its corpus:
-``dataset.openie_path`` points at a plain JSON copy decompressed into the cache
-(:func:`glmrag.data.embedded_files.materialize`), and :func:`read_openie_json`
-parses it.
+Two datasets are embedded in the package (``glmrag/data/embedded/NOTICE.md``); the others are read from
+the data folder (:func:`data_dir`). No registered dataset has an official train/validation/test
+partition of its questions, so each is split one fixed way by :func:`split_assignment` (a dataset whose
+files carry their own split keeps it). The corpus is always the full corpus; ``limit`` keeps the first N
+questions (file order) of the split. ``musique100`` ships HippoRAG's OpenIE extraction of its corpus,
+decompressed into the cache (``dataset.openie_path``, :func:`read_openie_json`).
 """
 
 from __future__ import annotations
@@ -139,7 +126,12 @@ def load_dataset(name: str, split: str | None = None, limit: int | None = None, 
 
 
 def split_assignment(question_ids: list[str]) -> dict[str, str]:
-    """Question id -> ``train`` / ``validation`` / ``test`` (see the module docstring)."""
+    """Question id -> ``train`` / ``validation`` / ``test``.
+
+    Questions are ranked by ``sha256("glmrag-split-v1:" + id)``; the first ``round(0.6 n)`` are ``train``,
+    the next ``round(0.2 n)`` ``validation``, the rest ``test`` (musique100: exactly 60/20/20). The split
+    depends only on the ids, never on file order or ``limit``.
+    """
     ranked = sorted(question_ids, key=lambda qid: hashlib.sha256(f"{SPLIT_SEED}:{qid}".encode()).digest())
     n_train = round(SPLIT_FRACTIONS[0] * len(ranked))
     n_val = round(SPLIT_FRACTIONS[1] * len(ranked))

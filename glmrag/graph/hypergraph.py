@@ -1,26 +1,12 @@
-"""The description-labelled hypergraph of HyperAddress (Read the Route, §4.1).
+"""The description-labelled hypergraph of HyperAddress (Read the Route §4.1).
 
-"The offline index stores passages as vertices, entities as hyperedges, and
-passage-specific descriptions of entities on their incidences" (§4.1). Each
-incidence ``(p, e)`` (passage ``p`` mentions entity ``e``) carries
-
-- a weight ``|e|^-1/2``, ``|e|`` the number of passages in the hyperedge, which
-  "reduc[es] probability flow through entities mentioned by many passages"
-  (§4.1); the weight is derived from the incidences, never stored, so it is
-  always that of the current hypergraph;
-- a label: one to three descriptions of the entity *as this passage describes
-  it*. The paper has an LLM write them (§4.1); the offline fallback here,
-  :class:`SentenceDescriber`, takes the passage's sentence that mentions the
-  entity, prefixed by the passage title so a sentence that says "it" still
-  names its subject. Any object with a ``describe`` method of the
-  :class:`Describer` protocol (e.g. one that prompts an LLM passed in to it)
-  takes its place.
-
-The index supports "non-parametric continual learning: adding a passage
-requires its own address book and joining the hyperedges of named entities,
-without reprocessing other passages" (§4.1): :meth:`Hypergraph.add_passages`
-describes only the new passages and appends their incidences; adding passages
-one batch at a time gives the same hypergraph as building it at once.
+Passages are vertices, entities hyperedges. An incidence ``(p, e)`` (passage ``p`` mentions ``e``)
+carries a weight ``|e|^-1/2`` (``|e|`` passages in the hyperedge), derived from the incidences and never
+stored, so it damps flow through entities many passages mention; and a label: one to three
+descriptions of ``e`` as ``p`` describes it. The paper has an LLM write them; :class:`SentenceDescriber`
+is the offline fallback, and any :class:`Describer` takes its place. :meth:`Hypergraph.add_passages`
+adds passages without touching the others (§4.1, continual learning): batch by batch gives the same
+hypergraph as all at once.
 """
 
 from __future__ import annotations
@@ -84,7 +70,8 @@ class Describer(Protocol):
 
 
 class SentenceDescriber:
-    """The offline fallback: the first sentence of the passage that mentions the entity, after its title.
+    """The offline fallback: the first sentence of the passage that mentions the entity, after its title
+    (so a sentence that says "it" still names its subject).
 
     An entity that no sentence mentions verbatim (OpenIE phrases paraphrase:
     "monthly publication in 1963") is described by the sentence sharing most of

@@ -1,71 +1,12 @@
 """The Levi-graph encoding of a subgraph for the Graph Language Model (GLM; Plenz & Frank 2024).
 
-GLM-RAG (Sec. 3, "GLM retriever") reads a subgraph as text: "edge and node labels are tokenized
-individually and connected according to the original graph structure. This transformation allows each
-triplet to be represented as a token sequence resembling natural text, while still sharing node tokens
-across multiple triplets". This module builds those tokens and the graph-aware relative positions that
-the GLM's attention bias reads.
-
-The Levi graph turns every relation occurrence into a node of its own:
-
-- an **entity node** per distinct entity; its tokens appear once and are shared by every triple that
-  uses the entity;
-- a **relation node** per triple; a relation used by three triples appears three times.
-
-Relative positions are those of the triple written as the sentence ``head relation tail``: with
-``l_h, l_r`` the token lengths of head and relation, head token ``i``, relation token ``j`` and tail
-token ``k`` (all 0-based) lie at sentence positions ``i``, ``l_h + j`` and ``l_h + l_r + k``, and the
-position of a pair is ``position(key) - position(query)``:
-
-- head -> relation ``(l_h - i) + j``; head -> tail ``(l_h - i) + l_r + k``; relation -> tail
-  ``(l_r - j) + k``; the reverse directions are the negatives;
-- within one node ``j - i``.
-
-**Conflicts.** Two tokens can share several triples that imply different distances (parallel or
-reciprocal edges, self-loops). ``conflict="last"`` (the default) does what the GLM authors' code does:
-the last triple in the given order decides, and a self-loop also overwrites its entity's within-node
-positions; ``conflict="nearest"`` keeps the distance of smallest absolute value, ties to the earliest
-triple, and within-node positions override any triple (a self-loop ``e r e`` does not move ``e``'s
-tokens relative to each other). Neither rule is in GLM-RAG; :mod:`glmrag.graph.positions` gives both
-exactly.
-
-Pairs are sorted into the buckets of the "global GLM" (GLM-RAG App., "The default setting is global
-with FullyConnected enabled, resulting in three additional buckets"), stored in :attr:`LeviGraph.kind`:
-
-====  =============================================================  ============================
-kind  pair (query token -> key token)                                ``relative_position``
-====  =============================================================  ============================
-0     same node, or the two graph tokens share a triple              as above
-1     graph -> graph, no shared triple and not one node ("global")   0
-2     question -> graph                                              0
-3     graph -> question                                              0
-4     question -> question                                           ``j - i`` (ordinary T5)
-====  =============================================================  ============================
-
-Every string (node or question) is tokenised on its own with ``add_special_tokens=False``: no BOS,
-EOS or ``[CLS]``/``[SEP]``. Only the question may end with an end-of-sequence token (``question_eos``,
-as the GLM reference code does: :func:`question_tokens_of`); it is a question token like the others.
-
-**Two position modes.** ``"triple"`` (above; the GLM-RAG default) gives a graph pair its sentence
-position only when the two tokens share a triple. ``"path"`` extends sentence positions along directed
-paths of the Levi graph: a token ``k`` of node ``v`` reachable from node ``u`` by the path
-``u -> a -> ... -> v`` lies at ``(l_u - i) + l_a + ... + k`` from token ``i`` of ``u`` (the shortest
-such path; the reverse direction is the negative; the smaller ``|.|`` wins where both exist, ties go
-forward for the query that comes first in the layout). Only pairs joined by no directed path fall back
-to kind 1. On a chain this makes every pair read exactly as the chain written as text, so a GLM in
-``"path"`` mode reproduces T5 on the linearised chain, the property the GLM is built on (Plenz & Frank
-2024: a GLM reads a path as the LM reads its sentence). This mode is glmrag's extension, not a GLM-RAG
-setting; for pairs sharing a triple it agrees with ``"triple"`` unless a shorter path exists elsewhere.
-
-**Compact layout.** :class:`LeviLayout` holds what a Levi graph needs in ``O(L + S)`` numbers (tokens,
-node of each token, triples as node ids); :func:`graph_positions` expands it into the ``(L, L)``
-matrices (vectorised: :mod:`glmrag.graph.positions`). Datasets store layouts and expand them per
-batch: a 600-triplet subgraph has about 3,300 tokens, and its ``(L, L)`` positions would take 44 MB
-as int32.
-
-**Linearised layout** (GLM-RAG Table 15, "without graph-aware attention"): :func:`linearise_subgraph`
-writes every triple as ``head relation tail`` text, repeating shared entities, read by plain T5 with
-ordinary positions; each entity node then owns every copy of its tokens.
+GLM-RAG §3 reads a subgraph as text: every label is tokenised on its own, and the tokens are joined by
+the graph's structure. The Levi graph has an **entity node** per distinct entity, whose tokens every
+triple using it shares, and a **relation node** per triple. :class:`LeviLayout` holds tokens and
+structure in ``O(L + S)`` numbers; :func:`graph_positions` (:mod:`glmrag.graph.positions`) expands it per
+batch into the ``(L, L)`` positions and pair kinds of :class:`LeviGraph` (a 600-triplet subgraph has
+about 3,300 tokens, whose int32 positions would take 44 MB stored). :func:`linearise_subgraph` writes the
+triples as plain text instead (GLM-RAG Table 15, "without graph-aware attention").
 """
 
 from __future__ import annotations
@@ -93,6 +34,10 @@ from glmrag.index.kg import KGIndex
 @dataclass(frozen=True)
 class LeviLayout:
     """The tokens of a Levi graph (or of its linearised text) and its structure, without positions.
+
+    Every string (node or question) is tokenised on its own without special tokens (no BOS, EOS,
+    ``[CLS]``/``[SEP]``); only the question may end with an end-of-sequence token
+    (:func:`question_tokens_of`). In a linear layout each entity node owns every copy of its tokens.
 
     Shapes: ``L = L_g + L_q`` tokens, ``N`` nodes, ``S`` triples.
     """
@@ -130,7 +75,35 @@ class LeviLayout:
 
 @dataclass(frozen=True)
 class LeviGraph(LeviLayout):
-    """A :class:`LeviLayout` with its pairwise relative positions and pair kinds."""
+    """A :class:`LeviLayout` with its pairwise relative positions and pair kinds.
+
+    Positions are those of a triple written as the sentence ``head relation tail``: with ``l_h, l_r`` the
+    token lengths of head and relation, head token ``i``, relation token ``j`` and tail token ``k`` lie at
+    ``i``, ``l_h + j`` and ``l_h + l_r + k``, and a pair's position is ``position(key) - position(query)``:
+    head -> relation ``(l_h - i) + j``, head -> tail ``(l_h - i) + l_r + k``, relation -> tail
+    ``(l_r - j) + k``, the reverse directions negative, and ``j - i`` within one node. Pairs that several
+    triples position are settled by a rule of :data:`POSITION_CONFLICTS`.
+
+    Kinds are the buckets of the global GLM (GLM-RAG App. B, three extra buckets):
+
+    ====  =============================================================  ============================
+    kind  pair (query token -> key token)                                ``relative_position``
+    ====  =============================================================  ============================
+    0     same node, or the two graph tokens share a triple              as above
+    1     graph -> graph, no shared triple and not one node ("global")   0
+    2     question -> graph                                              0
+    3     graph -> question                                              0
+    4     question -> question                                           ``j - i`` (ordinary T5)
+    ====  =============================================================  ============================
+
+    Position mode ``"path"`` (glmrag's extension, not a GLM-RAG setting) extends sentence positions along
+    directed Levi-graph paths: token ``k`` of node ``v``, reached from node ``u`` by the shortest path
+    ``u -> a -> ... -> v``, lies at ``(l_u - i) + l_a + ... + k`` from token ``i`` of ``u``; the smaller
+    ``|.|`` of the two directions wins (ties forward for the query first in the layout), and only pairs no
+    directed path joins take kind 1. A chain then reads exactly as its text, so a GLM in path mode
+    reproduces T5 on the linearised chain (Plenz & Frank 2024). For pairs sharing a triple it agrees with
+    ``"triple"`` unless a shorter path exists elsewhere.
+    """
 
     relative_position: np.ndarray | None = None
     """(L, L) int32 position of key ``j`` minus position of query ``i``; 0 where ``kind`` is 1, 2 or 3."""

@@ -1,23 +1,12 @@
 """Personalized PageRank by power iteration: the one walk of the PPR and HyperAddress retrievers.
 
-A :class:`Walk` is the Markov chain of a weighted directed graph: from node
-``u`` it moves to ``v`` with probability ``W[u, v] / sum_v' W[u, v']``. A node
-whose out-weights sum to zero is *dangling*. Personalized PageRank with
-damping ``alpha`` (the probability of following an edge rather than
-restarting) and restart distribution ``r`` is the fixed point of
-
-    ``x <- alpha (T x + (d . x) r) + (1 - alpha) r``
-
-where ``T`` is the transposed transition matrix and ``d`` marks the dangling
-nodes: their mass goes back to the restart distribution. These are the
-conventions of ``networkx.pagerank`` (personalization = restart, dangling mass
-to the personalization), which the tests compare against.
-
-HippoRAG's PPR (Gutiérrez et al., 2024, §2.2) walks the KG's entities
-(:mod:`glmrag.retrievers.ppr`); HyperAddress (Read the Route, §4.2) walks the
-bipartite passage-entity graph of its hypergraph
-(:mod:`glmrag.retrievers.hyperaddress.retriever`). Both build a :class:`Walk`
-and call :func:`personalized_pagerank`.
+A :class:`Walk` is the Markov chain of a weighted directed graph: from ``u`` to ``v`` with probability
+``W[u, v] / sum_v' W[u, v']``; a node whose out-weights sum to zero is *dangling*. With damping ``alpha``
+(the probability of following an edge) and restart distribution ``r``, PPR is the fixed point of
+``x <- alpha (T x + (d . x) r) + (1 - alpha) r`` (``T`` the transposed transition matrix, ``d`` the
+dangling nodes, whose mass restarts): the conventions of ``networkx.pagerank``, which the tests compare
+against. HippoRAG's PPR walks the KG's entities (:mod:`glmrag.retrievers.ppr`); HyperAddress walks the
+passage-entity graph of its hypergraph (Read the Route §4.2).
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """Gold-passage reachability under subgraph budgets, by neighbourhood density (GLM-RAG App. D.2, Fig. 17).
 
-GLM-RAG App. D.2 separates questions "into three categories, namely sparse,
-medium and dense, using the number of edges around the seed entities ... in
-equal terciles", then asks "whether the golden documents are reachable with
-our subgraph selection method under varying hop and triplet counts".
-
-Definitions used here (the paper gives no formula):
-
-- A gold passage is *reachable* when the selected subgraph contains an entity
-  mentioned in it. The subgraph's entities include the seeds, since the GLM
-  scores them too (entities are "mapped back to their original documents",
-  GLM-RAG §4.3). Gold passages the index does not know, or that mention no
-  entity, are never reachable.
-- *Density* is :func:`~glmrag.graph.traverse.neighbourhood_triples`: the
-  number of triples in the ``density_hops``-hop neighbourhood of the seeds
-  (default 2, the neighbourhood that the default ``max_hops=2`` sub-samples).
-- *Terciles* split the questions sorted by density (ties by question order)
-  into three groups of equal size (sizes differ by at most one), as the paper
-  asks for equal terciles of a skewed distribution.
-- The fraction pools gold passages over questions ("reach >96% of the gold
-  documents"); questions without gold passages are left out, so a row's
-  ``questions`` counts only those with gold.
+App. D.2 splits questions into sparse, medium and dense terciles by the edges around their seeds and
+asks whether the gold documents are reachable by the subgraph selection under varying hop and triplet
+budgets. The paper gives no formulas; the ones used here: a gold passage is *reachable* when the
+subgraph (seeds included) holds an entity it mentions; *density* is
+:func:`~glmrag.graph.traverse.neighbourhood_triples` within ``density_hops`` (default 2) of the seeds;
+*terciles* are equal-size groups of the questions sorted by density (ties by question order); the
+fraction pools gold passages over questions, and questions without gold are left out.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Budgeted subgraph selection around the seed entities of a question (GLM-RAG App. B.2).
 
-The GLM retriever cannot encode a whole KG, so it reads a subgraph of at most
-``max_triplets`` triples within ``max_hops`` hops of the question's seed
-entities. GLM-RAG App. B.2 ("Hop Prioritization"): "We first prioritize triplets
-that directly connect pairs of seed entities. The remaining quota is then
-filled using a randomized breadth-first search starting from the seed
-entities." The defaults ``max_hops=2, max_triplets=600`` are the values the
-paper settles on (App. B.2, "Based on these results, we set max_hops=2 and
-max_triplets=600"; ablations in App. C "Number of Hops" / "Maximum Amount of
-Triplets").
-
-The ``max_hops``-hop neighbourhood is the set of triples a BFS of ``max_hops``
-levels traverses: hop ``h`` adds the triples incident to the entities at
-distance ``h - 1`` from the nearest seed. A triple joining two entities both at
-distance ``max_hops`` is therefore outside it (it would take a further hop);
-this is the neighbourhood whose size :func:`glmrag.graph.traverse.neighbourhood_triples`
-counts. Edges are followed in both directions.
+The GLM cannot encode a whole KG, so it reads at most ``max_triplets`` triples within ``max_hops`` hops
+of the question's seed entities: first the triples joining two seeds, then a randomized BFS from the
+seeds (App. B.2, "Hop Prioritization"; defaults ``max_hops=2, max_triplets=600``, GLM-RAG Table 14).
+The ``max_hops``-hop neighbourhood is what a BFS of ``max_hops`` levels traverses, edges followed both
+ways: hop ``h`` adds the triples incident to the entities at distance ``h - 1``, so a triple joining two
+entities both at distance ``max_hops`` is outside it (:func:`glmrag.graph.traverse.neighbourhood_triples`
+counts the same set).
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """Approximate synonym search for large entity groups: an inverted-file index (faiss) in place of the exact scan.
 
-The exact search of :func:`glmrag.index.resolve.synonym_pairs` scores every eligible entity against
-every entity of its group: ``m^2 d`` for a group of ``m``, which overtakes embedding at a few hundred
-thousand entities (``benchmarks/scaling.md``). Above ``IndexSettings.synonym_exact_max`` members a
-group is searched here instead, with faiss's ``IndexIVFFlat`` (inner product; Jégou et al., 2011):
-k-means cuts the group into ``c = CELLS_PER_ROOT * sqrt(m)`` cells (faiss's guideline of 4-16
-sqrt(m)), and each entity is compared only with the members of the :data:`N_PROBE` cells whose
-centres are closest to it (an exact search over the centres: an HNSW graph there put entities in
-the wrong cells and lost 5% of the pairs). Costs: k-means on ``TRAIN_PER_LIST`` points per cell,
-``TRAIN_PER_LIST * c^2 * d``, linear in ``m``; assigning and probing ``2 m c d``; scanning
-``m * N_PROBE * (m / c) * d``: all grow as ``m^1.5`` (about ``10 m^1.5 d`` in all, against the exact
-search's ``m^2 d``; exponents measured in ``benchmarks/scaling.md``).
-
-Scores are exact inner products of the stored vectors, so every returned pair qualifies (up to float
-rounding at the threshold); a qualifying pair whose partner lies in a cell that is not probed is missed
-(recall measured in ``benchmarks/scaling.md``, tested in ``tests/index/test_ann.py``). k-means runs in
-one thread from a fixed seed, so the same embeddings always give the same cells and the same pairs.
+The exact search of :func:`glmrag.index.resolve.synonym_pairs` costs ``m^2 d`` for a group of ``m``
+entities, which overtakes embedding at a few hundred thousand entities (``benchmarks/scaling.md``).
+Above ``IndexSettings.synonym_exact_max`` members a group is searched by :func:`ivf_candidates` with
+faiss's ``IndexIVFFlat`` (inner product; Jégou et al., 2011): k-means cells, each entity compared only
+with the members of its :data:`N_PROBE` nearest cells, about ``10 m^1.5 d`` in all. Scores are exact
+inner products, so every returned pair qualifies; a pair whose partner lies in an unprobed cell is
+missed (recall in ``benchmarks/scaling.md``). k-means runs in one thread from a fixed seed: the same
+embeddings always give the same pairs.
 """
 
 from __future__ import annotations
@@ -61,6 +53,12 @@ def ivf_candidates(
 
     Shapes: ``keys`` (m, d) unit rows; ``queries`` (q,) int64 rows of ``keys`` -> rows (s,), cols (s,)
     int64 (rows of ``keys``), scores (s,) float32.
+
+    k-means cuts the group into ``c = CELLS_PER_ROOT * sqrt(m)`` cells (faiss's guideline of 4-16 sqrt(m));
+    the nearest cells are found by an exact search over the centres (an HNSW graph there put entities in the
+    wrong cells and lost 5% of the pairs). Costs: k-means ``TRAIN_PER_LIST * c^2 * d``, linear in ``m``;
+    assigning and probing ``2 m c d``; scanning ``m * N_PROBE * (m / c) * d``: all grow as ``m^1.5``
+    (exponents measured in ``benchmarks/scaling.md``).
     """
     faiss = _faiss()
     keys = np.ascontiguousarray(keys, dtype=np.float32)

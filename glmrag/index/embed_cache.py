@@ -1,15 +1,11 @@
 """Phrase embeddings cached on disk, shared by every index build, dataset and rebuild of one model.
 
-An index build embeds every entity phrase and every question mention (``glmrag.index.build``), and the
-same phrases come back when an index is rebuilt with other settings (synonym ablations, a new question
-set) or another dataset shares entities. Embedding is the largest stage of a spaCy build
-(``benchmarks/RESULTS.md``), so :class:`PhraseEmbeddingCache` keeps every phrase's vector once computed.
-
-Layout: ``<folder>/<model key>/<sha256>.npz``, one shard per call that embedded new phrases. A shard is
-written atomically (:func:`glmrag.io.atomic_write_bytes`) and named by the SHA-256 of its bytes; a shard
-whose bytes do not hash to its name (a torn copy, a disk error) is skipped with a warning, never read as
-embeddings. The model key is the model name plus a fingerprint of its local files (names and sizes), so
-a model replaced under the same name gets a fresh cache.
+Embedding entity phrases and question mentions is the largest stage of a spaCy build
+(``benchmarks/RESULTS.md``), and the same phrases return when an index is rebuilt with other settings
+or another dataset shares entities, so :class:`PhraseEmbeddingCache` keeps every vector once computed.
+Layout: ``<folder>/<model key>/<sha256>.npz``, one shard per call that embedded new phrases, written
+atomically and named by the SHA-256 of its bytes; a shard whose bytes do not match its name is skipped
+with a warning. The model key (:func:`model_key`) changes when a model is replaced under the same name.
 """
 
 from __future__ import annotations

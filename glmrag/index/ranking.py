@@ -1,28 +1,11 @@
 """From entity scores to a passage ranking (the document rankers of GFM-RAG).
 
-GLM-RAG adopts GFM-RAG's document ranking (GLM-RAG §4, "adopting their ...
-document ranking"; §4.3: "the most relevant entities are mapped back to their
-original documents"), with 20 entities (GLM-RAG Table 14, "Doc ranker entities
-20"). The rankers follow GFM-RAG's ``gfmrag/doc_rankers.py`` (Luo et al., 2025):
-
-``idf_topk`` (default; GFM-RAG ``IDFWeightedTopKRanker``)
-    The top ``top_entities`` entities each give weight ``1 / |passages
-    mentioning it|`` (0 for an entity in no passage); a passage scores the sum
-    of the weights of the selected entities it mentions. The entity *scores*
-    only choose the entities: GFM-RAG scatters the IDF weight, not score x IDF.
-``idf_topk_scored``
-    As ``idf_topk`` but each entity contributes ``score / |passages|``; not in
-    GFM-RAG, kept for comparison.
-``topk`` (GFM-RAG ``TopKRanker``)
-    The number of selected top entities the passage mentions.
-``simple`` (GFM-RAG ``SimpleRanker``; HippoRAG's node-to-passage step)
-    The sum of all entity scores over the passage's entities (E x P matmul).
-
-Ties are broken deterministically: among equal entity scores the lower entity
-id is selected first, among equal passage scores the earlier corpus position
-ranks first. An entity scored ``-inf`` is never selected and contributes 0 to
-``simple`` (a mask for entities a retriever did not score). Scores must not
-be NaN.
+GLM-RAG adopts GFM-RAG's document ranking (GLM-RAG §4.3: the most relevant entities are mapped back to
+their documents) with 20 entities (:data:`DOC_RANKER_ENTITIES`, GLM-RAG Table 14). The rankers of
+:data:`RANKERS` follow GFM-RAG's ``gfmrag/doc_rankers.py``; ``idf_topk`` (its ``IDFWeightedTopKRanker``)
+is the default. Ties are broken deterministically: the lower entity id among equal entity scores, the
+earlier corpus position among equal passage scores. An entity scored ``-inf`` is never selected and
+contributes 0 (a mask for entities a retriever did not score); scores must not be NaN.
 """
 
 from __future__ import annotations
@@ -54,6 +37,19 @@ class Ranking:
 
 
 RANKERS = ("idf_topk", "idf_topk_scored", "topk", "simple")
+"""Passage rankers, each GFM-RAG's (Luo et al., 2025) unless said otherwise:
+
+``idf_topk`` (``IDFWeightedTopKRanker``)
+    The top ``top_entities`` entities each give weight ``1 / |passages mentioning it|`` (0 for an entity
+    in no passage); a passage scores the sum of the weights of the selected entities it mentions. The
+    entity scores only choose the entities: GFM-RAG scatters the IDF weight, not score x IDF.
+``idf_topk_scored``
+    As ``idf_topk`` but each entity contributes ``score / |passages|``; not in GFM-RAG, kept for comparison.
+``topk`` (``TopKRanker``)
+    The number of selected top entities the passage mentions.
+``simple`` (``SimpleRanker``; HippoRAG's node-to-passage step)
+    The sum of all entity scores over the passage's entities (E x P matmul).
+"""
 DOC_RANKER_ENTITIES = 20
 """GLM-RAG Table 14, "Doc ranker entities: 20" (GFM-RAG's ``IDFWeightedTopKRanker`` config ``top_k: 20``)."""
 

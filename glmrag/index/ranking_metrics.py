@@ -1,14 +1,10 @@
 """Per-question retrieval metrics: one question's ranked passage ids against its gold passages.
 
-Each metric takes one question's ranked passage ids (best first) and its gold supporting passage ids, and
-returns a number in [0, 1]. A question with no gold passage has no defined recall; these functions refuse
-it and the evaluator excludes (and counts) such questions. Ranks are list positions: a retriever's scores
-only decide the order it returned, so ties are broken the way the retriever broke them. A gold passage
-missing from the list counts as not retrieved.
-
-The headline metric is document-level Recall@2, with Recall@5 alongside (GLM-RAG §5 "Evaluation
-metrics" and App. D). They sit below the models floor because training validates with them
-(:class:`~glmrag.models.retriever_module.RetrieverModule`); QA metrics are in :mod:`glmrag.eval.metrics`.
+Each metric takes ranked passage ids (best first) and the gold ids and returns a number in [0, 1]. A
+question without gold has no defined recall: these functions refuse it, and the evaluator excludes and
+counts it. Ranks are list positions, so ties stay as the retriever broke them; a gold passage missing
+from the list is not retrieved. The headline metrics are Recall@2 and Recall@5 (GLM-RAG §5). They sit
+below the models floor because training validates with them; QA metrics are in :mod:`glmrag.eval.metrics`.
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
-"""Save and load a :class:`~glmrag.index.kg.KGIndex` as a folder of open formats.
+"""Save and load a :class:`~glmrag.index.kg.KGIndex` as a folder of open formats (no pickle anywhere).
 
-Layout (no pickle anywhere; every array loads with ``allow_pickle=False``)::
-
-    manifest.json          what built the index + format_version + sha256 of every file below
-    entities.json          ["entity phrase", ...]           position = entity id
-    relations.json         ["relation phrase", ...]         position = relation id
-    passage_ids.json       ["p...", ...]                    position = passage column
-    triples.npy            (T, 3) int64 (head, relation, tail)
-    adjacency.npz          indptr (E+1,), neighbor, edge_type, triple (2T,) int64: both directions,
-                           reversed edges typed relation + R (``inverse_<r>``), see kg.Adjacency
-    entity_passages.npz    CSR of the (E, P) binary map: indptr, indices, shape
-    entity_embeddings.npy  (E, d) float32, only when the index has embeddings
-    question_links.jsonl   {"question_id", "links": [{"mention", "entity", "score"}]} per line
-
-A save writes a temporary sibling folder, fsyncs it and renames it into
-place, so the final name only ever holds a complete index. Replacing an
-existing index moves the old one aside first; a crash between the two
-renames leaves no index under the final name (and the old one in a
-``.<name>.old-*`` sibling), never a mixed one.
-
-:func:`load_or_build` reads under a shared ``flock`` of ``.<name>.lock`` and builds under an exclusive one,
-so a reader never sees the gap between those renames, concurrent runs wait for one build instead of
-repeating it, and the temp folders of killed builds are removed before the next build.
+The folder holds ``manifest.json`` (what built the index, its format version and the sha256 of every
+file) and the files :func:`save_index` lists. A save writes a temporary sibling folder, fsyncs it and
+renames it into place, so the final name only ever holds a complete index; replacing an index moves the
+old one aside first (a crash between the renames leaves it in a ``.<name>.old-*`` sibling, never a mixed
+one). :func:`load_or_build` reads under a shared ``flock`` of ``.<name>.lock`` and builds under an
+exclusive one: a reader never sees the gap between the renames, concurrent runs wait for one build, and
+the temp folders of killed builds are removed before the next build.
 """
 
 from __future__ import annotations
@@ -121,6 +106,19 @@ def save_index(index: KGIndex, folder: str | Path) -> Path:
 
     The manifest is ``index.manifest`` plus ``format_version`` and ``files``
     (sha256 of every file), so :func:`load_index` detects truncated or edited files.
+
+    Layout (every array loads with ``allow_pickle=False``)::
+
+        manifest.json          what built the index + format_version + sha256 of every file below
+        entities.json          ["entity phrase", ...]           position = entity id
+        relations.json         ["relation phrase", ...]         position = relation id
+        passage_ids.json       ["p...", ...]                    position = passage column
+        triples.npy            (T, 3) int64 (head, relation, tail)
+        adjacency.npz          indptr (E+1,), neighbor, edge_type, triple (2T,) int64: both directions,
+                               reversed edges typed relation + R (``inverse_<r>``), see kg.Adjacency
+        entity_passages.npz    CSR of the (E, P) binary map: indptr, indices, shape
+        entity_embeddings.npy  (E, d) float32, only when the index has embeddings
+        question_links.jsonl   {"question_id", "links": [{"mention", "entity", "score"}]} per line
     """
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)

@@ -1,27 +1,13 @@
 """The one interface every language-model backend implements, and the usage counter behind it.
 
-A method receives an :class:`LLM` (never builds one itself) and calls
-:meth:`LLM.generate`; every generation is counted into ``llm.usage`` under the
-current tag, set with :meth:`LLM.track`::
+A method receives an :class:`LLM` (never builds one itself) and calls :meth:`LLM.generate`; every
+generation is counted into ``llm.usage`` under the current tag (:class:`Usage` lists what is counted)::
 
     with llm.track("dtkg", question.id):
         answer = llm.generate([[{"role": "user", "content": prompt}]], max_new_tokens=64)[0].text
     llm.usage.by_question("dtkg")[question.id].generated_tokens
 
-What is counted, per ``(method, question_id)``:
-
-- ``calls``: generations asked for, cache hits included, so calls and tokens
-  are the method's own cost whatever the cache holds;
-- ``cache_hits``: how many of those the on-disk response cache answered;
-- ``prompt_tokens`` / ``generated_tokens``: as the backend (or server) tokenised them;
-- ``seconds``: time spent waiting on a model (cache hits cost 0);
-- ``events``: named fallbacks such as ``json_repaired`` / ``json_fallback``
-  (see :mod:`glmrag.llm.parse`), ``llm_failures`` (generate calls that raised :class:`LLMError`)
-  and ``llm_retries`` (requests an HTTP backend sent again).
-
-A job may install a :func:`failure_budget`: once more than its ``max_failures`` generate calls have
-failed, every further call raises :class:`LLMBudgetExceeded` at once, so a run against a dead server
-ends in seconds (scoring the rest as failed) instead of retrying every question.
+A job may install a :func:`failure_budget`, so a run against a dead server ends in seconds.
 """
 
 from __future__ import annotations
@@ -58,7 +44,11 @@ class LLMBudgetExceeded(LLMError):
 
 
 class FailureBudget:
-    """At most ``max_failures`` failed generate calls in this process (None: no limit); thread-safe."""
+    """At most ``max_failures`` failed generate calls in this process (None: no limit); thread-safe.
+
+    Once more calls have failed, every further call raises :class:`LLMBudgetExceeded` at once, so a run
+    against a dead server ends in seconds (scoring the rest as failed) instead of retrying every question.
+    """
 
     def __init__(self, max_failures: int | None) -> None:
         self.max_failures = max_failures
@@ -112,7 +102,17 @@ by calls, tokens and time."""
 
 @dataclass
 class Usage:
-    """Counts of one tag (or a sum of tags)."""
+    """Counts of one tag ``(method, question_id)``, or a sum of tags.
+
+    - ``calls``: generations asked for, cache hits included, so calls and tokens are the method's own
+      cost whatever the cache holds;
+    - ``cache_hits``: how many of those the on-disk response cache answered;
+    - ``prompt_tokens`` / ``generated_tokens``: as the backend (or server) tokenised them;
+    - ``seconds``: time spent waiting on a model (cache hits cost 0);
+    - ``events``: named fallbacks such as ``json_repaired`` / ``json_fallback`` (:mod:`glmrag.llm.parse`),
+      ``llm_failures`` (generate calls that raised :class:`LLMError`) and ``llm_retries`` (requests an
+      HTTP backend sent again).
+    """
 
     calls: int = 0
     cache_hits: int = 0

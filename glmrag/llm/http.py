@@ -1,23 +1,9 @@
 """An OpenAI-compatible HTTP backend: OpenAI, vLLM, llama.cpp server, or :mod:`glmrag.llm.serve`.
 
-Chats go to ``{base_url}/chat/completions``, plain prompts to
-``{base_url}/completions``; ``base_url`` includes the version path, as in the
-OpenAI client (``http://127.0.0.1:8008/v1``).
-
-- The API key is read from the environment variable named by ``api_key_env``
-  at each request and sent as ``Authorization: Bearer ...``; it is never stored
-  on the object, written to the cache, or put in a message.
-- A request is retried on 429, 5xx, timeouts and connection errors, at most
-  ``max_retries`` times, waiting ``backoff * 2**attempt`` seconds (capped at
-  ``max_backoff``; a ``Retry-After`` header is honoured within that cap). Other
-  answers (401, 404, ...) fail at once with what to fix.
-- At most ``concurrency`` requests are in flight, across all threads using this object.
-- Responses are cached on disk under ``cache_dir``, one checksummed JSON file per request
-  (:func:`glmrag.io.write_cache_json`: atomic, so concurrent runs need no lock; a truncated, edited
-  or older checksum-less file is a miss, warned, asked again and rewritten),
-  keyed by a hash of (base_url, endpoint, model, messages or prompt, settings).
-  Only greedy requests (temperature 0) are cached unless ``cache_sampled``.
-  A cache hit is counted as a call and a ``cache_hit`` and costs 0 seconds.
+Chats go to ``{base_url}/chat/completions``, plain prompts to ``{base_url}/completions``; ``base_url``
+includes the version path, as in the OpenAI client (``http://127.0.0.1:8008/v1``). :class:`HTTPLLM`
+reads the API key from the environment at each request and never stores it; it retries transient
+failures with backoff, bounds the requests in flight, and caches greedy responses on disk.
 """
 
 from __future__ import annotations
@@ -85,6 +71,19 @@ class HTTPLLM(LLM):
         cache_sampled: also cache requests with temperature > 0.
         max_tokens_field: ``max_tokens`` (most servers) or ``max_completion_tokens`` (newer OpenAI models).
         extra_body: more request fields (``top_p``, ``seed``, ...), sent with every request and part of the cache key.
+
+    - The API key is read from the environment variable ``api_key_env`` at each request and sent as
+      ``Authorization: Bearer ...``; it is never stored on the object, written to the cache, or put in a
+      message.
+    - A request is retried on 429, 5xx, timeouts and connection errors, at most ``max_retries`` times,
+      waiting ``backoff * 2**attempt`` seconds (capped at ``max_backoff``; a ``Retry-After`` header is
+      honoured within that cap). Other answers (401, 404, ...) fail at once with what to fix.
+    - At most ``concurrency`` requests are in flight, across all threads using this object.
+    - Responses are cached under ``cache_dir``, one checksummed JSON file per request
+      (:func:`glmrag.io.write_cache_json`: atomic, so concurrent runs need no lock; a truncated, edited or
+      older checksum-less file is a miss, warned, asked again and rewritten), keyed by a hash of
+      (base_url, endpoint, model, messages or prompt, settings). Only greedy requests (temperature 0) are
+      cached unless ``cache_sampled``. A cache hit counts as a call and a ``cache_hit`` and costs 0 seconds.
     """
 
     def __init__(

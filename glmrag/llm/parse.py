@@ -1,14 +1,10 @@
 """Reading structured answers out of model text, with a documented fallback that never raises.
 
-Small models wrap JSON in code fences, add prose around it, leave trailing
-commas, write Python literals or stop mid-object when ``max_new_tokens`` runs
-out. :func:`parse_json` repairs those cases; when nothing parses it returns the
-caller's default. Either way the outcome is counted (when a counter is given)
-under the current usage tag, so a report can say how often a method fell back:
-
-- ``json_repaired``: the text was not JSON as is, but a repair parsed;
-- ``json_fallback``: nothing parsed (or the value had the wrong type): the default was returned;
-- ``label_repaired`` / ``label_fallback``: the same for :func:`parse_choice`.
+Small models wrap JSON in code fences, add prose, leave trailing commas, write Python literals or stop
+mid-object. :func:`parse_json` repairs those cases and otherwise returns the caller's default; either
+way the outcome is counted under the current usage tag (when a counter is given): ``json_repaired`` (a
+repair parsed), ``json_fallback`` (nothing parsed, or the wrong type: the default), and
+``label_repaired`` / ``label_fallback`` for :func:`parse_choice`.
 """
 
 from __future__ import annotations

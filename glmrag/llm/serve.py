@@ -1,17 +1,13 @@
 """A small OpenAI-compatible server in front of any :class:`~glmrag.llm.base.LLM` (for tests and local runs).
 
-Endpoints: ``POST /v1/chat/completions``, ``POST /v1/completions`` (``prompt``
-a string or a list of strings), ``GET /v1/models``. One request is generated at
-a time (the backend is not shared between threads). Listens on 127.0.0.1 unless
-told otherwise::
+Endpoints: ``POST /v1/chat/completions``, ``POST /v1/completions`` (``prompt`` a string or a list),
+``GET /v1/models``; one request is generated at a time, on 127.0.0.1 unless told otherwise::
 
     python -m glmrag.llm.serve --model offline:smollm2-135m-instruct --port 8008
     # then: HTTPLLM(base_url="http://127.0.0.1:8008/v1", model="offline:smollm2-135m-instruct")
 
-``api_key`` (or ``--api-key-env NAME`` on the command line) makes the server
-answer 401 to requests without ``Authorization: Bearer <key>``. ``fail_first``
-makes it answer the first N requests with ``fail_status`` (503), to test a
-client's retries.
+``api_key`` (``--api-key-env NAME``) answers 401 without ``Authorization: Bearer <key>``; ``fail_first``
+answers the first N requests with ``fail_status`` (503), to test a client's retries.
 """
 
 from __future__ import annotations

@@ -1,42 +1,13 @@
 """Question subgraphs for the GLM retriever, tokenised once into Parquet shards and streamed per epoch.
 
-:class:`SubgraphDataModule` serves the batches of :class:`glmrag.models.glm_inputs.GLMCollate` (its
-docstring is the batch contract). Unlike :class:`glmrag.models.gnn_datamodule.KGQADataModule`, whose GNN
-reads a whole KG, the GLM reads one budgeted subgraph per question, so a batch may mix KGs (``kg`` is
-per row) and the records are precomputed:
-
-``prepare_data`` selects and tokenises every question's subgraph once
-(:func:`~glmrag.models.glm_inputs.question_record`) and writes, per dataset and split, a folder::
-
-    <cache_dir>/<key>/<dataset>/<split>/shard-00000.parquet ... meta.json
-
-``key`` hashes everything a record depends on (:func:`split_key`). Shards are written as records
-arrive (``shard_size`` at a time), into a temporary sibling folder whose ``meta.json`` is written last
-and which is renamed into place, so a folder under the final name is complete; one without
-``meta.json`` (or with a missing shard) is rebuilt, never read.
-
-``setup`` loads the KG indexes (the module ranks passages with ``index(kg)``) and each split's
-``meta.json``; it never materialises the records. Limitation: the indexes themselves are held in
-memory by every process, so a KG too large for one process's memory cannot be evaluated here, even
-though its records stream.
-
-Streaming, DDP and workers. A split is read shard by shard with pyarrow (:class:`RankStream`): each
-epoch orders the shards (shuffled per epoch in training) and cuts their records into ``world_size x
-readers`` contiguous parts, one per (rank, DataLoader worker), so every worker reads only the shards of
-its own part, once; in training each reader also shuffles its part through a buffer of
-``shuffle_buffer`` records. Every reader yields the same number of batches (topped up with one-record
-batches repeating a record, ``real`` False in evaluation, True in training as DistributedSampler pads),
-so every rank yields the same number of batches, or DDP would hang at the epoch's end. The record order
-depends on the number of workers; the set of records of an epoch does not. The epoch reaches
-persistent workers through :class:`StreamBatchSampler`, whose ``set_epoch`` Lightning calls.
-``num_workers`` null picks ``min(4, cores - 1)`` (at least 1); batches are pinned when CUDA is there.
-
-Positions. By default the collate expands each record's ``(L, L)`` positions per batch (vectorised,
-:mod:`glmrag.graph.positions`). ``subgraph.precompute`` stores them in the shards instead (int16
-positions and int8 kinds) so that epochs only stream and pad; benchmarks/RESULTS.md ("GLM input
-pipeline") measures both.
-
-``batch_size`` is the GLOBAL batch (GLM-RAG Table 14: 2), split evenly over devices.
+:class:`SubgraphDataModule` serves the batches of :class:`~glmrag.models.glm_inputs.GLMCollate` (the batch
+contract). The GLM reads one budgeted subgraph per question, so a batch may mix KGs. ``prepare_data``
+writes each dataset's split once as ``<cache_dir>/<key>/<dataset>/<split>/shard-*.parquet`` + ``meta.json``
+(:func:`write_split`; ``key`` from :func:`split_key`); a folder without ``meta.json`` is rebuilt, never read.
+``setup`` loads the KG indexes (held in memory by every process) and the ``meta.json`` files;
+:mod:`glmrag.models.shard_stream` streams the records per rank and worker. ``subgraph.precompute`` stores
+the ``(L, L)`` positions in the shards instead of expanding them per batch.
+``batch_size`` is the GLOBAL batch (GLM-RAG Table 14), split evenly over devices.
 """
 
 from __future__ import annotations
@@ -44,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import shutil
 import tempfile
@@ -52,11 +22,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader
 
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import Dataset, Question
@@ -68,6 +37,7 @@ from glmrag.io import atomic_write_bytes, atomic_write_text, cache_root, default
 from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record, record_schema
 from glmrag.models.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
 from glmrag.models.kg_datamodule import KGDataModule, settings_from
+from glmrag.models.shard_stream import RankStream, StreamBatchSampler
 from glmrag.progress import progress
 
 log = logging.getLogger(__name__)
@@ -178,170 +148,6 @@ def write_split(folder: str | Path, records: Iterable[Mapping[str, Any]], shard_
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return meta
-
-
-# --- streaming ---------------------------------------------------------------------------------------
-
-
-class RankStream(torch.utils.data.Dataset):
-    """The batches of one rank over Parquet shards: ``stream[(epoch, b)]`` -> list of records (batch ``b``).
-
-    Each epoch the shards are ordered (shuffled per epoch when ``shuffle``) and their records, in that
-    order, cut into ``world_size x readers`` contiguous parts of sizes differing by at most one. Rank
-    ``r`` owns parts ``r * readers + w`` (``w < readers``, one per DataLoader worker), and reader ``w``
-    reads only the shards its part overlaps. Batch ``b`` is the ``b // readers``-th batch of reader
-    ``b % readers`` (the DataLoader hands batch ``b`` to worker ``b % num_workers``, so a worker reads
-    only its own part). Every reader yields the same number of batches, ``ceil(ceil(count / parts) /
-    batch_size)``, topping up with one-record batches that repeat a record, ``real`` = ``pad_real``; so
-    every rank yields the same number of batches, or DDP would hang at the epoch's end. When
-    ``shuffle``, a reader also shuffles its part through a buffer of ``buffer_size`` records. Requests
-    are served from a live iterator per reader, so consecutive batches cost one pass.
-    """
-
-    def __init__(
-        self,
-        files: Sequence[str],
-        counts: Sequence[int],
-        batch_size: int,
-        rank: int = 0,
-        world_size: int = 1,
-        readers: int = 1,
-        shuffle: bool = False,
-        seed: int = 0,
-        buffer_size: int = 1024,
-        pad_real: bool = False,
-    ) -> None:
-        if batch_size < 1 or readers < 1 or not 0 <= rank < world_size:
-            raise ValueError(
-                f"need batch_size >= 1, readers >= 1 and 0 <= rank < world_size, got {batch_size}, {readers}, "
-                f"{rank}, {world_size}"
-            )
-        if len(files) != len(counts):
-            raise ValueError(f"{len(files)} shard files but {len(counts)} shard counts")
-        self.files, self.counts, self.batch_size = list(files), [int(c) for c in counts], batch_size
-        self.rank, self.world_size, self.readers = rank, world_size, readers
-        self.shuffle, self.seed, self.buffer_size, self.pad_real = shuffle, seed, buffer_size, pad_real
-        self.count = sum(self.counts)
-        parts = world_size * readers
-        self.per_reader = math.ceil(math.ceil(self.count / parts) / batch_size) if self.count else 0
-        self.num_batches = self.per_reader * readers
-        self._live: dict[int, tuple[int, Iterator[list[dict[str, Any]]], int]] = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        return self.__dict__ | {"_live": {}}  # generators do not pickle
-
-    def __len__(self) -> int:
-        return self.num_batches
-
-    def shard_order(self, epoch: int) -> list[int]:
-        """The shards in the order their records are numbered in ``epoch``."""
-        if not self.shuffle:
-            return list(range(len(self.files)))
-        return np.random.default_rng([self.seed, epoch]).permutation(len(self.files)).tolist()
-
-    def part(self, epoch: int, reader: int) -> list[tuple[int, int, int]]:
-        """``(shard, first_row, stop_row)`` slices making up this rank's part ``reader`` in ``epoch``."""
-        parts = self.world_size * self.readers
-        j = self.rank * self.readers + reader
-        lo, hi = j * self.count // parts, (j + 1) * self.count // parts
-        slices, start = [], 0
-        for shard in self.shard_order(epoch):
-            stop = start + self.counts[shard]
-            if start < hi and lo < stop:
-                slices.append((shard, max(lo, start) - start, min(hi, stop) - start))
-            start = stop
-        return slices
-
-    def _rows(self, epoch: int, reader: int) -> Iterator[dict[str, Any]]:
-        rows = (row for shard, a, b in self.part(epoch, reader) for row in read_rows(self.files[shard], a, b))
-        if not self.shuffle:
-            yield from rows
-            return
-        rng = np.random.default_rng([self.seed, epoch, self.rank, reader])
-        buffer: list[dict[str, Any]] = []
-        for row in rows:
-            if len(buffer) < self.buffer_size:
-                buffer.append(row)
-                continue
-            i = int(rng.integers(len(buffer)))
-            yield buffer[i]
-            buffer[i] = row
-        rng.shuffle(buffer)
-        yield from buffer
-
-    def batches(self, epoch: int, reader: int) -> Iterator[list[dict[str, Any]]]:
-        """Reader ``reader``'s ``per_reader`` batches of ``epoch``: its part, then one-record top-ups."""
-        batch: list[dict[str, Any]] = []
-        made, first = 0, None
-        for row in self._rows(epoch, reader):
-            first = row if first is None else first
-            batch.append(row | {"real": True})
-            if len(batch) == self.batch_size:
-                yield batch
-                batch, made = [], made + 1
-        if batch:
-            yield batch
-            made += 1
-        if made > self.per_reader:
-            raise RuntimeError(f"reader {reader} of rank {self.rank} made {made} batches, more than {self.per_reader}")
-        if made < self.per_reader and first is None:  # an empty part: borrow the split's first record
-            first = next(row for shard in range(len(self.files)) for row in read_rows(self.files[shard], 0, 1))
-        for _ in range(self.per_reader - made):
-            yield [first | {"real": self.pad_real}]
-
-    def __getitem__(self, item: tuple[int, int]) -> list[dict[str, Any]]:
-        epoch, b = item
-        if not 0 <= b < self.num_batches:
-            raise IndexError(f"batch {b} of a stream with {self.num_batches} batches")
-        reader, local = b % self.readers, b // self.readers
-        live_epoch, batches, next_local = self._live.get(reader, (None, None, 0))
-        if batches is None or epoch != live_epoch or local < next_local:
-            batches, next_local = self.batches(epoch, reader), 0
-        for _ in range(local - next_local):  # skipped batches of this reader (a resumed epoch): read, not collated
-            next(batches)
-        self._live[reader] = (epoch, batches, local + 1)
-        return next(batches)
-
-
-def read_rows(file: str, start: int, stop: int) -> Iterator[dict[str, Any]]:
-    """Rows ``start:stop`` of a Parquet shard as dicts: numeric list columns as NumPy views, the rest as Python."""
-    table = pq.read_table(file)
-    columns: dict[str, Any] = {}
-    for name in table.column_names:
-        column = table.column(name).combine_chunks()
-        kind = column.type
-        if pa.types.is_list(kind) and (pa.types.is_integer(kind.value_type) or pa.types.is_floating(kind.value_type)):
-            offsets = column.offsets.to_numpy()
-            values = column.values.to_numpy(zero_copy_only=False)
-            columns[name] = (offsets, values)
-        else:
-            columns[name] = column.to_pylist()
-    for i in range(start, min(stop, table.num_rows)):
-        yield {
-            name: value[1][value[0][i] : value[0][i + 1]] if isinstance(value, tuple) else value[i]
-            for name, value in columns.items()
-        }
-
-
-class StreamBatchSampler(DistributedSampler):
-    """Yields ``(epoch, b)`` for the ``num_batches`` batches of a :class:`RankStream`.
-
-    It carries the epoch to the (possibly persistent) workers. It subclasses DistributedSampler so
-    that Lightning neither replaces nor wraps it under DDP and calls its ``set_epoch`` every epoch.
-    """
-
-    def __init__(self, num_batches: int, num_replicas: int = 1, rank: int = 0, seed: int = 0) -> None:
-        super().__init__(range(max(num_batches, 1)), num_replicas=num_replicas, rank=rank, shuffle=False, seed=seed)
-        self.num_batches = num_batches
-
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        # Lazily: the epoch is read at the first batch, after Lightning's set_epoch (a resumed fit may
-        # create the iterator before it sets the restored epoch).
-        for b in range(self.num_batches):
-            yield self.epoch, b
-
-    def __len__(self) -> int:
-        return self.num_batches
 
 
 # --- the DataModule ----------------------------------------------------------------------------------

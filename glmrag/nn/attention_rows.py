@@ -1,26 +1,12 @@
 """Attention rows of chosen (layer, head) pairs, without materialising every layer x head x L x L map.
 
-HyperAddress reads "addressing heads": the attention from the question tokens
-to each entity's mention tokens in a few heads (Read the Route §3, 8 of 1,152
-heads; §4.2), and its baselines likewise "rebuild question-token attention from
-query states and cached keys" (App. A.5). ``output_attentions=True`` would
-instead force the eager path and return (B, H, L, L) for every layer.
-
-This module registers an attention function with the installed transformers
-(``AttentionInterface.register``, with the matching mask builder under the same
-name in ``AttentionMaskInterface``) that, inside :func:`capture_attention_rows`,
-
-- computes ``softmax(q_rows . K^T * scaling + mask_rows)`` for the requested
-  heads of the requested layers and only the requested query rows
-  (B, heads, R, S), in float32, with the model's own mask (padding, sliding
-  window) or, when transformers skipped it as plainly causal, the causal mask
-  ``key <= row + (S - L)``; grouped-query heads read their shared key head;
-- and otherwise runs the normal attention: ``sdpa`` (:data:`ROWS_SDPA`) or the
-  model's own eager function (:data:`ROWS_EAGER`), so the model's outputs are
-  those of that implementation.
-
-Logit soft-capping (``softcap``) is applied as eager Gemma does; attention
-sinks (``s_aux``) are refused.
+HyperAddress reads "addressing heads": the attention from the question tokens to each entity's mention
+tokens in a few heads (Read the Route §3, §4.2; App. A.5 for the baselines). ``output_attentions=True``
+would force the eager path and return (B, H, L, L) for every layer. Instead, inside
+:func:`capture_attention_rows` an attention function registered with transformers computes
+``softmax(q_rows . K^T * scaling + mask_rows)`` in float32 for the requested heads and query rows only,
+with the model's own mask, and otherwise runs the normal attention (:data:`ROWS_SDPA`,
+:data:`ROWS_EAGER`), so the model's outputs are unchanged.
 """
 
 from __future__ import annotations
@@ -180,6 +166,11 @@ def capture_attention_rows(
     query positions (or (R,) for every batch item); ``base``: ``sdpa`` or
     ``eager``, the implementation that computes the model's outputs meanwhile.
     The model's previous attention implementation is restored on exit.
+
+    The rows are (B, heads, R, S). The mask is the model's own (padding, sliding window) or, when
+    transformers skipped it as plainly causal, ``key <= row + (S - L)``; grouped-query heads read their
+    shared key head; logit soft-capping is applied as eager Gemma does; attention sinks (``s_aux``) are
+    refused. The mask builder is registered under the same name in ``AttentionMaskInterface``.
 
     >>> with capture_attention_rows(model, [(3, 1), (5, 0)], question_positions) as captured:  # doctest: +SKIP
     ...     model(input_ids)

@@ -1,66 +1,14 @@
 """Graph-aware T5 self-attention: an eager reference and a FlexAttention kernel.
 
-The GLM retriever (GLM-RAG) is a T5 encoder whose attention bias is looked up
-per (query, key) pair from a small trainable table, indexed by a graph-aware
-bucket id instead of T5's text relative position:
+The GLM is a T5 encoder whose attention bias is looked up per (query, key) pair from a small trainable
+table, by a graph-aware bucket id instead of T5's text relative position:
 
     scores[b, h, i, j] = q[b, h, i] · k[b, h, j] * scaling + table[bucket[b, i, j], h]
 
-Pairs that may not attend (``allowed`` False in the local GLM, or a padding
-key) are masked before the softmax. Both functions here take that bias as a
-``GraphAttentionBias`` (``glmrag.nn.glm``): ``bucket`` (B, L, L) integer,
-``table`` (K, H) float, ``allowed`` (B, L, L) bool or None, ``key_mask``
-(B, L) bool.
-
-Two paths, one semantics:
-
-- ``eager_graph_attention`` (the reference) gathers ``table[bucket]`` into a
-  dense (B, H, L, L) bias, adds it to the float32 scores, masks with
-  ``finfo.min`` (a fully masked row, e.g. a padding query of the local GLM,
-  gets a uniform softmax, never NaN), softmaxes in float32 and applies dropout.
-- ``flex_graph_attention`` hands a ``score_mod`` that reads
-  ``table[bucket[b, q_idx, kv_idx], h]`` to ``torch.nn.attention.flex_attention``
-  and a ``BlockMask`` built from ``allowed & key_mask``. The fused kernel
-  never materialises the (B, H, L, L) bias, scores or weights, and skips
-  128 x 128 blocks with no allowed pair: the local GLM's cost follows its
-  number of allowed pairs, provided the token order keeps graph neighbours
-  near each other (block sparsity is counted on the linearised sequence).
-
-Why it matters (memory). The GLM-RAG subgraphs are long: about 5.5 tokens per
-triplet, so 600 triplets are about 3,300 tokens (GLM-RAG Table 7 regime, T5-large:
-16 heads, 24 layers). The eager path holds per layer a (H, L, L) float32 bias
-and scores, 16 x 3,300^2 x 4 B = 0.70 GB each per example, and training keeps
-the float32 softmax and its bf16 copy (about 1.05 GB per layer, 25 GB over 24
-layers) for the backward. The flex path holds one (L, L) int32 bucket tensor
-(44 MB, shared by all layers), the (K, H) table, an (L, L) bool mask (11 MB)
-and a block mask of (L/128)^2 entries; the backward recomputes the scores
-from q, k and the per-row log-sum-exp, so nothing quadratic is saved per layer.
-
-Differences the caller must know:
-
-- Rows with no allowed key (padding queries when ``allowed`` masks them): eager
-  returns the mean of all values (uniform softmax), flex returns 0 (its
-  log-sum-exp is -inf and the kernel writes zeros); neither is NaN and both
-  give zero gradient to q and k for that row. Callers ignore padding rows, so
-  the two paths agree wherever it matters.
-- Attention dropout is not supported by flex: ``flex_graph_attention`` takes
-  no dropout, and ``glmrag.nn.glm.graph_attention`` raises if the flex backend
-  is asked for ``dropout > 0`` (set ``dropout_rate: 0`` in the T5 config, or
-  use the eager backend).
-- On CUDA the kernel is ``flex_attention`` compiled with ``fullgraph=True``
-  (once per process, lazily), and it fails loudly rather than fall back: a
-  graph break or dynamo's recompile limit raises, and a kernel dynamo runs
-  uncompiled (errors suppressed, dynamo disabled) raises
-  :class:`FlexFallbackError` with the reason, instead of running the unfused
-  path that materialises the scores (seen only as slowness and memory). On CPU
-  the uncompiled call runs that unfused reference on purpose: slow, for tests.
-  Torch refuses its backward when q, k or v require grad on CPU (the guard
-  targets the inductor CPU lowering, which is inference only); the unfused
-  math backward itself is correct, and
-  ``cpu_flex_backward()`` lifts the guard for tests and smoke runs. Gradients
-  reach ``table`` (a tensor captured by the ``score_mod`` closure) on both
-  devices: dynamo lifts captured tensors into the kernel's buffers, and the
-  backward returns their gradients.
+Pairs that may not attend (``allowed`` False in the local GLM, or a padding key) are masked before the
+softmax. Both paths take the bias as a ``GraphAttentionBias`` (:mod:`glmrag.nn.glm`).
+:func:`eager_graph_attention` (the reference) materialises the ``(B, H, L, L)`` bias;
+:func:`flex_graph_attention` never does, and skips 128 x 128 blocks with no allowed pair.
 """
 
 from __future__ import annotations
@@ -291,6 +239,27 @@ def flex_graph_attention(
     per forward with ``graph_block_mask``); otherwise the block mask is built
     here and reused while the same bias object is passed again (all layers of
     one forward).
+
+    A row with no allowed key returns 0 (its log-sum-exp is -inf) where the eager path returns the mean of
+    the values; neither is NaN and both give q and k zero gradient there, and callers ignore padding rows.
+    There is no attention dropout (``glmrag.nn.glm.graph_attention`` refuses flex with ``dropout > 0``).
+    The local GLM's cost follows its number of allowed pairs, provided the token order keeps graph
+    neighbours near each other (block sparsity is counted on the linearised sequence).
+
+    Memory: 600 triplets are about 3,300 tokens (GLM-RAG Table 7 regime, T5-large: 16 heads, 24 layers).
+    The eager path holds per layer a (H, L, L) float32 bias and scores, 0.70 GB each per example, and
+    training keeps the float32 softmax and its bf16 copy (about 25 GB over 24 layers). This path holds one
+    (L, L) int32 bucket tensor (44 MB, shared by all layers), the table, an (L, L) bool mask (11 MB) and a
+    block mask of (L/128)^2 entries; the backward recomputes scores from q, k and the per-row
+    log-sum-exp, so nothing quadratic is saved per layer.
+
+    Compilation: on CUDA the kernel is ``flex_attention`` compiled once per process with
+    ``fullgraph=True``, and it fails loudly rather than fall back: a graph break or dynamo's recompile
+    limit raises, and a kernel dynamo runs uncompiled raises :class:`FlexFallbackError` with the reason
+    (the unfused path would materialise the scores, seen only as slowness and memory). On CPU the
+    uncompiled, unfused reference runs on purpose (slow, for tests); torch refuses its backward when q, k
+    or v require grad, a guard :func:`cpu_flex_backward` lifts. Gradients reach ``table`` (captured by the
+    ``score_mod`` closure) on both devices: dynamo lifts captured tensors into the kernel's buffers.
 
     Shapes:
         query, key, value: (B, H, L, D)

@@ -1,16 +1,11 @@
 """KG-completion pretraining of the GFM-RAG GNN (Luo et al. 2025; GLM-RAG §4.2.1).
 
-GFM-RAG pretrains its :class:`~glmrag.nn.gnn.QueryGNN` to answer ``(h, r, ?)``:
-the query is the relation's own projected feature, the head the only seed,
-and the model scores the true tail against 256 strict negatives (entities that
-are not tails of ``(h, r)`` anywhere in the KG), with self-adversarial BCE at
-temperature 1 (GFM-RAG ``stage2_kg_pretrain.yaml``: ``num_negative: 256``,
-``strict_negative: yes``, ``adversarial_temperature: 1``). As in GFM-RAG, the
-message passing sees the whole KG, the batch's target triples included: its
-``QueryNBFNet`` leaves NBFNet/ULTRA's ``remove_easy_edges`` call commented out.
-``hide_target_edges=True`` hides them instead (NBFNet/ULTRA), so that the
-model has to find other paths. GLM-RAG's GFM-RAG* skips this stage (§5.1:
-pretraining barely matters, Fig. 3-4).
+GFM-RAG pretrains its :class:`~glmrag.nn.gnn.QueryGNN` to answer ``(h, r, ?)``: the query is the
+relation's own projected feature, the head the only seed, and the true tail is scored against
+:data:`NUM_NEGATIVES` strict negatives with self-adversarial BCE (:func:`kgc_loss`). As in GFM-RAG, the
+message passing sees the whole KG, the batch's target triples included; ``hide_target_edges=True`` hides
+them as NBFNet/ULTRA do, so the model has to find other paths. GFM-RAG* skips this stage (GLM-RAG §5.1).
+Provenance of the constants: ``docs/fidelity.md``.
 """
 
 from __future__ import annotations

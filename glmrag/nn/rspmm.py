@@ -1,26 +1,12 @@
-r"""Fused relational aggregation, ULTRA's ``rspmm`` in plain PyTorch: no ``(E, B, H)`` message tensor.
+"""Fused relational aggregation, ULTRA's ``rspmm`` in plain PyTorch: no ``(E, B, H)`` message tensor.
 
-GFM-RAG's GNN (NBFNet / ULTRA) sums DistMult messages, ``out_v = sum_{(u, r, v)} h_u * rel_r``. Written as a
-PyG ``message`` it builds the ``(E, B, H)`` messages of every layer, and autograd keeps them (and the gathered
-``rel_r``) for backward: 1.26 GiB per layer on the 2Wiki test KG at hidden 512, batch 1. ULTRA, which GFM-RAG
-builds on, computes the sum with a fused relational sparse matmul written in C++ (``rspmm``). This module
-does the same with stock PyTorch operators: :class:`RelationalSpMM` walks the edges in chunks, sorted by
-target for the forward and by source for the gradient wrt ``h``, and saves only ``h`` and ``rel`` for backward.
-
-Memory: the output and each gradient are ``(N, B, H)`` and ``(R, H)``; per chunk, at most about three
-temporaries of ``chunk_mib`` MiB (the gathered rows, their product and its batch sum). Nothing grows with E
-but the two sorted copies of the edge list (48 bytes per edge, cached once per graph).
-
-Chunk size: edges per chunk are ``chunk_mib`` MiB of ``(B, H)`` rows (:func:`chunk_edges`). On the CPU
-1 MiB keeps a chunk in the caches (one-off sweep on the 2-core AMD EPYC, L2 512 KiB, L3 8 MiB, one thread, B = 1:
-0.45 s per 2Wiki-size aggregation at 1 MiB against 0.49 s at 0.5 MiB and 0.59 s at 4 MiB). On a GPU each chunk
-costs a few kernel launches, so chunks are larger (:data:`CHUNK_MIB`; not measured, no GPU was available).
-
-Kernels: ``eager`` (the default and the reference) and ``compiled``, the same chunk body through
-``torch.compile``: inductor fuses gather, product and scatter into one loop. On the CPU above it sums a
-2Wiki-size layer in 0.32 CPU s against eager's 0.50 s (the materialised layer: 1.51 s), but a training step
-gains only 2-4% (dense matmuls dominate) for 5-9 s of compiling per process and shape class and a C++
-toolchain, so it is not the default (``benchmarks/scaling.md``).
+GFM-RAG's GNN sums DistMult messages, ``out_v = sum_{(u, r, v)} h_u * rel_r``. A PyG ``message`` would
+build the ``(E, B, H)`` messages of every layer and keep them for backward (1.26 GiB per layer on the
+2Wiki test KG at hidden 512, batch 1); ULTRA fuses the sum in C++. :class:`RelationalSpMM` does the same
+with stock operators: it walks the edges in chunks of :data:`CHUNK_MIB` (sorted by target for the
+forward, by source for the gradient wrt ``h``) and saves only ``h`` and ``rel``. Memory: the output and
+gradients, about three chunk-sized temporaries, and two sorted copies of the edge list (48 bytes per
+edge, cached per graph). Kernels: :data:`KERNELS` (``compiled`` is not the default: see :data:`KERNEL`).
 """
 
 from __future__ import annotations
@@ -35,11 +21,18 @@ import torch
 from torch.autograd.function import once_differentiable
 
 CHUNK_MIB = {"cpu": 1.0, "cuda": 256.0}
-"""Per-chunk budget of the ``(chunk, B, H)`` temporaries, MiB, by device type (others use the CPU's)."""
+"""Per-chunk budget of the ``(chunk, B, H)`` temporaries, MiB, by device type (others use the CPU's).
+
+On the CPU 1 MiB keeps a chunk in the caches (one-off sweep on the 2-core AMD EPYC, L2 512 KiB, L3 8 MiB,
+one thread, B = 1: 0.45 s per 2Wiki-size aggregation at 1 MiB against 0.49 s at 0.5 MiB and 0.59 s at
+4 MiB). On a GPU each chunk costs a few kernel launches, so chunks are larger (not measured: no GPU)."""
 KERNELS = ("eager", "compiled")
 KERNEL = "eager"
 """The default kernel: ``eager`` (chunked PyTorch ops) or ``compiled`` (the same chunk body through
-``torch.compile``, which fuses gather, product and scatter into one loop; see the module doc)."""
+``torch.compile``, which fuses gather, product and scatter into one loop). On the CPU above ``compiled``
+sums a 2Wiki-size layer in 0.32 CPU s against eager's 0.50 s (the materialised layer: 1.51 s), but a
+training step gains only 2-4% (dense matmuls dominate) for 5-9 s of compiling per process and shape
+class and a C++ toolchain, so it is not the default (``benchmarks/scaling.md``)."""
 COMPILED_CHUNK_MIB = 256.0
 """Chunk budget of the compiled kernel: it keeps no chunk temporaries once fused, so chunks only bound the
 memory of a backend that does not fuse."""

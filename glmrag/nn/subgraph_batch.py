@@ -1,15 +1,10 @@
 """The budgeted subgraphs of a batch of questions as one disjoint union, for :class:`~glmrag.nn.gnn.QueryGNN`.
 
-Budgeted subgraphs (GLM-RAG §5.5, Table 3: GFM-RAG* restricted to the GLM's
-600 / 500 / 400 / 300 triplets of each question's 2-hop subgraph): with a
-:class:`SubgraphBatch` the questions no longer share a graph, so the batch is
-laid out as PyG batches graphs, one disjoint union of per-question copies of
-each subgraph, ``(N, H)`` with ``N = sum_b N_b`` local nodes. A per-(question,
-edge) mask on the ``(2T, B, H)`` messages would also be exact, but would keep
-the whole-KG cost (every edge, every entity, every question) to compute
-messages that are then zeroed; the union costs ``O((N + 2S) H)`` per layer and
-only the subgraph's entities are ever updated, which is what a question
-restricted to its subgraph can score anyway.
+With budgeted subgraphs (GLM-RAG §5.5, Table 3: GFM-RAG* restricted to the GLM's 600-300 triplets) the
+questions no longer share a graph, so the batch is laid out as PyG batches graphs: one disjoint union of
+per-question copies, ``(N, H)`` with ``N = sum_b N_b`` local nodes. This costs ``O((N + 2S) H)`` per
+layer and updates only the subgraphs' entities; a per-(question, edge) mask on the ``(2T, B, H)``
+messages would also be exact but keep the whole-KG cost, computing messages only to zero them.
 """
 
 from __future__ import annotations

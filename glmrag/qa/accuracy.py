@@ -1,18 +1,12 @@
 """Answer accuracy (ACC) beside EM/F1 (DTKG §4.1, Tables 1-4), in two offline forms, each labelled as what it is.
 
-DTKG's ACC is "semantic match accuracy": ``ACC = 1[f_phi(y_hat, y*) >= tau]``
-with ``f_phi`` a pretrained similarity model (e.g. BERTScore) and a threshold
-``tau`` the paper does not give. Neither model nor threshold is available
-offline here, so glmrag reports two stand-ins, never under the paper's name alone:
-
-- ``acc`` ("ACC (contains)"): 1 if a normalised gold alias occurs in the
-  normalised prediction as whole words (SQuAD normalisation,
-  :func:`~glmrag.eval.metrics.normalize_answer`), the lenient match multi-hop
-  papers use for answers with extra words ("Christopher Nolan, the director");
-- ``acc_llm_judge`` ("ACC (LLM judge, <model>)"): the same LLM interface as
-  every method (:class:`glmrag.llm.base.LLM`) asked whether the prediction
-  means the gold answer; its reply read as yes / no, an unreadable reply
-  counts ``label_fallback`` and scores None (left out of the mean).
+DTKG's ACC is "semantic match accuracy", ``1[f_phi(y_hat, y*) >= tau]`` with a pretrained similarity
+model ``f_phi`` and a threshold the paper does not give. Neither is available offline, so glmrag reports
+two stand-ins, never under the paper's name alone: ``acc`` ("ACC (contains)"), 1 if a normalised gold
+alias occurs in the normalised prediction as whole words (:func:`~glmrag.eval.metrics.normalize_answer`),
+the lenient match multi-hop papers use; and ``acc_llm_judge`` ("ACC (LLM judge, <model>)"), an
+:class:`~glmrag.llm.base.LLM` asked whether the prediction means the gold answer (:class:`LLMJudge`; an
+unreadable reply counts ``label_fallback`` and scores None, left out of the mean).
 """
 
 from __future__ import annotations

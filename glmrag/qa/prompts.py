@@ -1,21 +1,12 @@
 """The reader's one-shot reading-comprehension prompts (GLM-RAG App. E, Fig. 20).
 
-GLM-RAG generates answers as GFM-RAG does (§4.3 "an LM generates the answer from the query and the
-top-k documents"), with the one-shot prompt of Fig. 20: a system prompt asking for a "Thought: ...
-Answer: ..." response, one worked example (its documents, question and response), then the
-documents of the question, each written ``Wikipedia Title: {title}\\n{text}``, and
-``Question: {question}\\nThought: ``. Fig. 20 shows the 2Wiki template and says "MuSiQue and HotpotQA
-have similar templates, adjusted to their examples"; "for the no-context prompt template, only the
-<system_prompt> is given", so the no-context prompt has no worked example.
-
-The worked examples below are this project's own (short invented passages in the style of each
-dataset family: a MuSiQue-like composed chain, a 2Wiki-like comparison, a HotpotQA-like bridge, and a
-yes/no comparison for any other dataset); the paper's example text is not reused.
-
-The subgraph baseline of GLM-RAG Table 8 gives the reader triples instead of documents. Its prompt is
-not shown in the paper; here the triples replace the documents in the same template, written one per
-line as ``head relation tail`` (the linearised form of GLM-RAG Table 15,
-:func:`glmrag.graph.levi.linearise_subgraph`), and the worked example is given its own triples.
+GLM-RAG answers as GFM-RAG does (§4.3), with Fig. 20's one-shot prompt: a system prompt asking for a
+"Thought: ... Answer: ..." response, one worked example, then the question's documents, each
+:data:`DOCUMENT_TEMPLATE`, and :data:`QUESTION_TEMPLATE`. Fig. 20 shows the 2Wiki template (MuSiQue's and
+HotpotQA's are "similar"); the no-context prompt is the system prompt alone. The worked examples are
+this project's own, one per dataset family (:data:`FAMILIES`). The subgraph baseline (GLM-RAG Table 8)
+gives the reader triples instead, one ``head relation tail`` per line in the same template (its prompt is
+not in the paper); the worked example then gets its own triples.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from reference_positions import loop_positions, reference_glm_positions
 
-from glmrag.graph import positions
+from glmrag.graph import path_positions, positions
 from glmrag.graph.levi import LeviLayout, layout_triples
 from glmrag.graph.positions import POSITION_CONFLICTS, graph_positions
 
@@ -119,12 +119,12 @@ def test_entity_distances_equal_the_levi_graph_search(seed, monkeypatch):
     layout = random_layout(rng, question=bool(seed % 2), max_entities=40, max_triples=80)
     lengths = node_lengths(layout)
     assert positions._relations_private(layout.triple_nodes, layout.num_nodes)
-    ahead, place, _ = positions._node_distances(layout.triple_nodes, lengths)
-    levi = positions._levi_distances(layout.triple_nodes, lengths)  # (N, N) in layout order
+    ahead, place, _ = path_positions._node_distances(layout.triple_nodes, lengths)
+    levi = path_positions._levi_distances(layout.triple_nodes, lengths)  # (N, N) in layout order
     np.testing.assert_array_equal(np.maximum(ahead[np.ix_(place, place)], -1), np.maximum(levi, -1))
 
     fast = graph_positions(layout, "path")
-    monkeypatch.setattr(positions, "ROW_BLOCK", 7)  # blocks that split nodes' rows differently
+    monkeypatch.setattr(path_positions, "ROW_BLOCK", 7)  # blocks that split nodes' rows differently
     monkeypatch.setattr(positions, "_relations_private", lambda *args: False)
     general = graph_positions(layout, "path")
     np.testing.assert_array_equal(fast[0], general[0])
@@ -150,7 +150,7 @@ def test_shortest_paths_equal_floyd_warshall(seed):
             expected[a, b] = min(expected[a, b], w)
     for via in range(n):
         expected = np.minimum(expected, expected[:, via, None] + expected[None, via, :])
-    found = positions._dijkstra(src, dst, weight, n)
+    found = path_positions._dijkstra(src, dst, weight, n)
     assert found.dtype == np.int32
     np.testing.assert_array_equal(np.where(found < 0, np.inf, found), expected)
 

@@ -213,13 +213,13 @@ def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
     return kind if isinstance(kind, tuple) else getattr(kind, "__args__", (kind,))
 
 
-def answers_of(rec: Record, required: bool = True) -> tuple[str, ...]:
+def answers_of(rec: Record, required: bool = True, keys: tuple[str, ...] = ("answer",)) -> tuple[str, ...]:
     """Gold answer first, then ``answer_aliases``, deduplicated in order.
 
-    ``answer`` may be a string or a list of strings (the first is the gold one,
-    the HippoRAG convention).
+    The answer is the first present field of ``keys``: a string or a list of strings (the first is the
+    gold one, the HippoRAG convention).
     """
-    answer = rec.get("answer", str | list, "an answer (string or list of strings)", required=required)
+    answer = rec.get(keys, str | list, "an answer (string or list of strings)", required=required)
     if answer is None:
         return ()
     aliases = rec.get("answer_aliases", list, "a list of alias strings", required=False) or []

@@ -3,33 +3,11 @@
 Record shape (2WikiMultihopQA adds ``evidences`` and more; ignored here)::
 
     {"_id" | "id": str, "question": str, "answer": str, "type": str?,
-     "context": [[title, [sentence, ...]], ...],
-     "supporting_facts": [[title, sentence_index], ...]}
+     "context": [[title, [sentence, ...]], ...], "supporting_facts": [[title, sentence_index], ...]}
 
-Conventions, each chosen to reproduce a published corpus:
-
-* Passage text = the sentences concatenated, with one space between two sentences
-  unless the next already begins with whitespace. HotpotQA keeps each sentence's
-  leading space, so this restores its paragraph; 2WikiMultihopQA's sentences have
-  none, and the result equals the text of HippoRAG's ``2wikimultihopqa_corpus.json``
-  (all 3,029 paragraphs shared with ``2wiki-dev-200`` match byte for byte).
-* The corpus is the union of all contexts in first-seen order; exact duplicates are
-  merged and counted (``duplicate_passage``). Titles are identifiers (gold is given
-  by title), so one title with two different texts is a :class:`DataFormatError`.
-* Gold = the distinct ``supporting_facts`` titles, resolved against the question's
-  own context, else against the whole corpus (counted as
-  ``supporting_title_outside_own_context``). A title found nowhere is an error when
-  the question has a context. A question with *no* context (36 of the 200 questions
-  of ``2wiki_dev200.original.jsonl``) is kept if all its titles resolve in the
-  corpus (``question_without_context_resolved``) and otherwise **dropped**, counted
-  as ``question_without_context_dropped``: a question without gold passages would
-  score zero recall for any retriever.
-* A sentence index past the end of its paragraph is counted
-  (``supporting_sentence_out_of_range``); only titles matter for passage gold.
-* A record without ``supporting_facts`` (and ``answer``), as in the official unlabelled
-  test files, is kept with no gold (counted as ``question_without_gold``): it is ranked,
-  and the evaluator leaves it out of the retrieval metrics.
-* ``hops`` = number of distinct supporting titles; ``type`` = the record's ``type``.
+The corpus is the union of all contexts, each paragraph's sentences joined by :func:`join_sentences`;
+titles are identifiers (gold is given by title). Gold = the distinct ``supporting_facts`` titles
+(:func:`_resolve` has the rules); ``hops`` = their number; ``type`` = the record's ``type``.
 """
 
 from __future__ import annotations
@@ -58,12 +36,21 @@ def load_hotpotqa(path: PathLike, name: str | None = None) -> Dataset:
 
 
 def load_2wiki(path: PathLike, name: str | None = None) -> Dataset:
-    """A dataset from an official 2WikiMultihopQA file (JSON list, or ``.jsonl``)."""
+    """A dataset from an official 2WikiMultihopQA file (JSON list, or ``.jsonl``).
+
+    Its sentences carry no leading space, so :func:`join_sentences` adds one: the passages then equal
+    HippoRAG's ``2wikimultihopqa_corpus.json`` (all 3,029 paragraphs shared with ``2wiki-dev-200`` match
+    byte for byte).
+    """
     return _load_contexts(path, name)
 
 
 def _load_contexts(path: PathLike, name: str | None) -> Dataset:
-    """Two passes: the corpus from every context first, so that gold can resolve across questions."""
+    """Two passes: the corpus from every context first, so that gold can resolve across questions.
+
+    Exact duplicate paragraphs are merged and counted (``duplicate_passage``); one title with two
+    different texts is a :class:`DataFormatError`.
+    """
     report = IngestReport(str(path))
     builder = CorpusBuilder(report, titles_are_ids=True)
     ids = QuestionIds()
@@ -75,7 +62,7 @@ def _load_contexts(path: PathLike, name: str | None) -> Dataset:
         question = rec.text("question", "a non-empty question string")
         answers = answers_of(rec, required=False)  # official test files carry no answer
         context = _read_context(rec, builder)
-        facts = _read_facts(rec)
+        facts = read_facts(rec)
         parsed.append((rec, qid, question, answers, context, facts))
 
     titles = builder.titles
@@ -112,7 +99,7 @@ def _read_context(rec: Record, builder: CorpusBuilder) -> dict[str, tuple[str, i
     return out
 
 
-def _read_facts(rec: Record) -> list[tuple[str, int]] | None:
+def read_facts(rec: Record) -> list[tuple[str, int]] | None:
     """The record's ``[title, sentence_index]`` pairs; ``None`` when it has none (an unlabelled test file)."""
     facts = rec.get("supporting_facts", list, _FACTS, required=False)
     if facts is None:
@@ -135,7 +122,18 @@ def _resolve(
     titles: dict[str, str],
     report: IngestReport,
 ) -> list[str] | None:
-    """Gold passage ids for one question, or ``None`` when it is dropped (see module docs)."""
+    """Gold passage ids for one question, or ``None`` when it is dropped.
+
+    Each ``supporting_facts`` title resolves against the question's own context, else against the whole
+    corpus (counted as ``supporting_title_outside_own_context``); a title found nowhere is an error when
+    the question has a context. A question with *no* context (36 of the 200 of
+    ``2wiki_dev200.original.jsonl``) is kept if all its titles resolve (``question_without_context_resolved``)
+    and otherwise dropped (``question_without_context_dropped``): without gold passages it would score zero
+    recall for any retriever. A sentence index past its paragraph is counted
+    (``supporting_sentence_out_of_range``). A record without ``supporting_facts``, as in the official
+    unlabelled test files, keeps no gold (``question_without_gold``): it is ranked, and the evaluator
+    leaves it out of the retrieval metrics.
+    """
     if facts is None:
         report.add("question_without_gold", rec.label)
         return []

@@ -1,14 +1,12 @@
-"""GFM-RAG's raw dataset layout (``<folder>/raw/``), as documented in RManLuo/gfm-rag
-("Build Your Own Dataset")::
+"""GFM-RAG's raw dataset layout (``<folder>/raw/``, RManLuo/gfm-rag "Build Your Own Dataset")::
 
     raw/dataset_corpus.json   {title: text}   (a [{title, text}] list is accepted too)
     raw/train.json            [{id, question, answer?, supporting_facts}]   (optional)
     raw/test.json             same shape                                    (optional)
 
-``supporting_facts`` name corpus titles, either as plain strings or as HotpotQA
-``[title, sentence_index]`` pairs. Titles are identifiers here: in the list form a
-title given two texts is an error, and every supporting title must be in the
-corpus (gold must resolve). ``hops`` = number of distinct supporting titles.
+``supporting_facts`` name corpus titles, as strings or HotpotQA ``[title, sentence_index]`` pairs. Titles
+are identifiers: a title given two texts is an error, and every supporting title must be in the corpus.
+``hops`` = number of distinct supporting titles.
 """
 
 from __future__ import annotations

@@ -5,18 +5,8 @@ Question shape (SeRAG ``dataset/2wikimultihop/questions.json``)::
     {"id": str, "question": str, "answer": str | [str], "question_type": str?,
      "evidence": [[head, relation, tail], ...], ...}
 
-There are no supporting facts, so gold is approximate: the distinct **head
-entities** of the ``evidence`` triples, matched to corpus titles exactly first,
-then by :func:`normalise_title` (case, punctuation and whitespace ignored). A head
-whose normalised form names several titles gives all of them (counted as
-``evidence_head_ambiguous``). Questions are kept however much of their gold
-resolves; the report says how many resolve:
-
-* ``report.stats``: ``gold_full``, ``gold_partial``, ``gold_none`` (questions) and
-  ``heads``, ``heads_exact``, ``heads_normalised``, ``heads_unresolved`` (heads);
-* ``report.counts``: ``gold_partial``, ``gold_none`` and
-  ``evidence_head_not_in_corpus``, with examples.
-
+There are no supporting facts, so gold is approximate: the distinct **head entities** of the
+``evidence`` triples, matched to corpus titles (:func:`load_linearrag` says how and what is counted).
 ``hops`` = number of distinct evidence heads; ``type`` = ``question_type``.
 """
 
@@ -52,7 +42,13 @@ def load_linearrag(questions_path: PathLike, corpus_path: PathLike, name: str | 
 
     Promises: the corpus is the corpus file in order (titles unique: one title with
     two texts is a :class:`DataFormatError`); ``supporting`` holds the resolved
-    evidence heads' passage ids; resolution counts are in ``report.stats``.
+    evidence heads' passage ids. A head matches a title exactly first, then by
+    :func:`normalise_title` (case, punctuation and whitespace ignored); a head whose
+    normalised form names several titles gives all of them (``evidence_head_ambiguous``).
+    Questions are kept however much of their gold resolves; ``report.stats`` has
+    ``gold_full``, ``gold_partial``, ``gold_none`` (questions) and ``heads``, ``heads_exact``,
+    ``heads_normalised``, ``heads_unresolved``; ``report.counts`` has ``gold_partial``,
+    ``gold_none`` and ``evidence_head_not_in_corpus``, with examples.
     """
     report = IngestReport(str(questions_path))
     builder = CorpusBuilder(report, titles_are_ids=True)

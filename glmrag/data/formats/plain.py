@@ -1,22 +1,11 @@
 """The plain format: a researcher's own passages and questions, no benchmark schema.
 
-Passages, one of::
+    passages.jsonl    {"title": str, "text": str} per line (a JSON list, or {title: text}, works too)
+    docs/             a folder of text files, one passage each: title = file name without extension
+    questions.jsonl   {"id", "question", "answers"?, "supporting_titles"?, "split"?} per line (optional)
 
-    passages.jsonl          {"title": str, "text": str} per line (a JSON list, or {title: text}, works too)
-    docs/                   a folder of text files, one passage each: title = file name without
-                            its extension, text = the file's content (UTF-8, stripped)
-
-Questions (optional: without them the corpus can still be indexed)::
-
-    questions.jsonl         {"id": str, "question": str, "answers": [str]?, "supporting_titles": [str]?,
-                             "split": "train" | "validation" | "test"?} per line
-
-``answer`` (a string) is read as well as ``answers``. Gold = the passages whose titles
-are in ``supporting_titles`` (titles are identifiers here: one title with two texts is
-an error); a question without it has no gold: it is ranked, and the evaluator leaves it
-out of the retrieval metrics (counted as ``question_without_gold``). ``hops`` = number
-of supporting titles. When any question names a ``split``, every one must, and
-``dataset.splits`` keeps them.
+Titles are identifiers: gold = the passages named in ``supporting_titles`` (:func:`load_plain` has the
+rules for questions without gold and for splits).
 """
 
 from __future__ import annotations
@@ -40,7 +29,14 @@ _RECORD = "{id, question, answers?, supporting_titles?, split?}"
 
 
 def load_plain(passages: PathLike, questions: PathLike | None = None, name: str | None = None) -> Dataset:
-    """A dataset from a passage file or folder and an optional questions file (see the module docstring)."""
+    """A dataset from a passage file or folder and an optional questions file (module docstring).
+
+    A folder's files are read as UTF-8 and stripped. ``answer`` (a string) is read as well as ``answers``.
+    One title with two texts is an error. A question without ``supporting_titles`` has no gold: it is
+    ranked, and the evaluator leaves it out of the retrieval metrics (``question_without_gold``).
+    ``hops`` = number of supporting titles. When any question names a ``split`` (train, validation,
+    test), every one must, and ``dataset.splits`` keeps them.
+    """
     passages = Path(passages)
     report = IngestReport(str(questions or passages))
     builder = CorpusBuilder(report, titles_are_ids=True)

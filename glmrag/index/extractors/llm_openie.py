@@ -1,29 +1,12 @@
 """OpenIE by a language model: named entities, then triples, per passage (HippoRAG's two prompts).
 
-GLM-RAG builds its KG with "an LM-based named entity recognizer" and OpenIE
-(GLM-RAG §4.1, following GFM-RAG and HippoRAG); the embedded MuSiQue set ships
-the output of that pipeline run with GPT-3.5. This extractor runs the same two
-stages with any :class:`~glmrag.llm.base.LLM` passed in:
-
-1. **NER**: a one-shot chat (instruction, an example passage and its answer,
-   then the passage) asking for ``{"named_entities": [...]}``;
-2. **OpenIE**: a one-shot chat giving the passage and its named entities and
-   asking for ``{"triples": [[subject, relation, object], ...]}``, "each triple
-   containing at least one, but preferably two, of the named entities" with
-   pronouns resolved (HippoRAG's OpenIE instruction).
-
-The one-shot example is a passage written for this module (not HippoRAG's).
-Answers are read with :func:`glmrag.llm.parse.parse_json` (fences, trailing
-commas, cut-off objects repaired); malformed entities and triples are dropped
-and counted in :attr:`Extractor.report`.
-
-Passages go through the LLM ``batch_size`` at a time, one ``generate`` call per
-stage and batch. Each passage's two raw answers are cached as one JSON file,
-keyed by the model, :data:`PROMPT_VERSION`, the generation limits and the
-passage's title and text (:class:`PassageCache`: checksummed, written to a temp
-file and renamed), so an interrupted run resumes with the passages not yet done and a
-finished run is read back without a call. Parsing runs on every read, so the
-report of a cached run equals that of the run that filled the cache.
+GLM-RAG §4.1 builds its KG with an LM-based NER and OpenIE, as GFM-RAG and HippoRAG do (the embedded
+MuSiQue set ships that pipeline's GPT-3.5 output). :class:`LLMOpenIEExtractor` runs the same two
+one-shot stages with any :class:`~glmrag.llm.base.LLM` passed in: NER asks for
+``{"named_entities": [...]}``; OpenIE, given the passage and its entities, asks for ``{"triples": ...}``
+(HippoRAG's OpenIE instruction). The one-shot example is written for this module, not HippoRAG's.
+Answers are parsed leniently (:func:`glmrag.llm.parse.parse_json`); malformed entities and triples are
+dropped and counted. Raw answers are cached per passage (:class:`PassageCache`), so a run resumes.
 """
 
 from __future__ import annotations
@@ -135,6 +118,12 @@ class PassageCache:
     ``cache_dir`` None keeps the records in memory only (lost with the object). Files are written
     atomically, so an interrupted run leaves whole records only and concurrent runs need no lock; a
     truncated, edited or older (checksum-less) file is treated as missing, with a warning, and redone.
+
+    Passages go through the LLM ``batch_size`` at a time, one ``generate`` call per stage and batch. Each
+    passage's two raw answers are one JSON file keyed by the model, :data:`PROMPT_VERSION`, the generation
+    limits and the passage's title and text (checksummed, written to a temp file and renamed): an
+    interrupted run resumes with the passages not yet done, and a finished run is read back without a call.
+    Parsing runs on every read, so a cached run's report equals that of the run that filled the cache.
     """
 
     def __init__(self, cache_dir: str | Path | None, kind: str, model: str, version: str) -> None:

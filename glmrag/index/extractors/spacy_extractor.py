@@ -1,27 +1,10 @@
 """Offline extraction with spaCy: any corpus gets a usable graph without an LLM.
 
-Entities are the named entities of ``en_core_web_sm`` (numbers, percentages,
-quantities and amounts of money skipped: they join unrelated passages through
-values like "two"; dates are kept because multi-hop questions ask for them)
-plus the noun chunks that overlap no named entity, with leading determiners
-and pronouns stripped ("the film" -> "film"). The passage title is always an
-entity of its passage: Wikipedia-style passages are about their title.
-
-Triples come from the dependency parse, in the surface form OpenIE uses:
-
-* subject -> verb -> object: ``nsubj``/``nsubjpass`` -> verb (+ ``auxpass``,
-  particle) -> ``dobj``/``attr``/``oprd`` gives ``(s, "directed", o)``; a
-  preposition on the verb gives ``(s, "was born in", o)``; a preposition on the
-  object or adjectival complement gives ``(s, "is professor at", o)``.
-  Conjuncts share their verb's arguments; a conjoined verb without a subject
-  takes its head's ("was born in X and was awarded Y").
-* A subject pronoun (he, she, it, they) stands for the passage title.
-* Every other pair of entities at most ``pair_window`` mentions apart in a
-  sentence is linked by the verb that governs both (their lowest common
-  ancestor in the parse) or, when that is not a verb, by ``pair_relation``.
-
-Only what the rules need runs: the lemmatizer is disabled (relations keep the
-verb's surface form, as OpenIE relations do).
+:class:`SpacyExtractor` takes as entities the named entities of ``en_core_web_sm`` (values like
+numbers skipped, dates kept) and the noun chunks that overlap none, and the passage title, since
+Wikipedia-style passages are about their title. Triples come from the dependency parse, in the surface
+form OpenIE uses (``(s, "was born in", o)``), plus a relation between nearby entity pairs. Only what the
+rules need runs: the lemmatizer is disabled (relations keep the verb's surface form, as OpenIE's do).
 """
 
 from __future__ import annotations
@@ -100,7 +83,22 @@ def mention_spans(doc: Doc, skip_labels: tuple[str, ...] = SKIP_LABELS, noun_chu
 
 
 class SpacyExtractor(Extractor):
-    """Entities and triples from spaCy NER, noun chunks and dependency rules (see the module docstring).
+    """Entities and triples from spaCy NER, noun chunks and dependency rules.
+
+    Entities: named entities except :data:`SKIP_LABELS` (numbers, percentages, quantities and money join
+    unrelated passages through values like "two"; dates are kept because multi-hop questions ask for
+    them), the noun chunks that overlap no named entity with leading determiners and pronouns stripped
+    ("the film" -> "film"), and the passage title. Triples:
+
+    * subject -> verb -> object: ``nsubj``/``nsubjpass`` -> verb (+ ``auxpass``, particle) ->
+      ``dobj``/``attr``/``oprd`` gives ``(s, "directed", o)``; a preposition on the verb gives
+      ``(s, "was born in", o)``; a preposition on the object or adjectival complement gives
+      ``(s, "is professor at", o)``. Conjuncts share their verb's arguments; a conjoined verb without a
+      subject takes its head's ("was born in X and was awarded Y").
+    * A subject pronoun (he, she, it, they) stands for the passage title.
+    * Every other pair of entities at most ``pair_window`` mentions apart in a sentence is linked by the
+      verb that governs both (their lowest common ancestor) or, when that is not a verb, by
+      ``pair_relation``.
 
     Report keys: ``passages``, ``sentences``, ``mentions``, ``dependency_triples``,
     ``pair_triples`` and ``pronoun_subjects`` (subjects resolved to the title).
