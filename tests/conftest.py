@@ -98,7 +98,7 @@ def tiny_musique(tiny_musique_files):
     where musique100's takes minutes. Subprocesses do not see the name.
     """
     from glmrag.data.embedded_files import materialize
-    from glmrag.data.formats.paragraphs import load_hipporag
+    from glmrag.data.formats.hipporag import load_hipporag
     from glmrag.data.registry import DATASETS, OPENIE_MUSIQUE, DatasetSpec
 
     def build(_):

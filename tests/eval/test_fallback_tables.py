@@ -18,7 +18,7 @@ from glmrag.eval.store import StoredRun, run_record
 from glmrag.eval.study_tables import format_study_markdown, runs_csv
 from glmrag.eval.traces import add_traces, question_decisions, system_fallbacks
 from glmrag.retrievers.base import Ranking
-from glmrag.retrievers.dtkg import DTKGRetriever
+from glmrag.retrievers.dtkg import DTKGRetriever, DTKGSettings
 
 # A chain question of the stored MuSiQue study (eval_musique100_dtkg_20q): the classifier's reply unreadable,
 # the reranker's list unreadable, no path found, so no triple used.
@@ -129,7 +129,7 @@ def run(index, questions, scripted_llm, caplog):
     llm = scripted_llm(silent)
     retrievers = {
         "dtkg": DTKGRetriever(llm, encoder=HashEncoder(8), name="dtkg"),
-        "dtkg_chain": DTKGRetriever(llm, encoder=HashEncoder(8), mode="chain", name="dtkg_chain"),
+        "dtkg_chain": DTKGRetriever(llm, DTKGSettings(mode="chain"), encoder=HashEncoder(8), name="dtkg_chain"),
     }
     rankings = {name: r.retrieve(questions, index, corpus, top_k=5) for name, r in retrievers.items()}
     fixed = [Ranking(q.id, ["p0", "p1", "p2", "p3", "p4"], [5.0, 4, 3, 2, 1]) for q in questions]

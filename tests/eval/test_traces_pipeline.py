@@ -41,15 +41,15 @@ def outputs(tiny_musique, glmrag_cache, scripted_llm, monkeypatch, tmp_path):
     def make_retrievers(nodes):
         plain = {k: v for k, v in nodes.items() if k != "dtkg"}
         retrievers = built(OmegaConf.create(plain)) if plain else {}
-        node = OmegaConf.to_container(nodes.dtkg, resolve=True)
-        del node["_target_"], node["llm"]
-        return {"dtkg": DTKGRetriever(scripted_llm(reply), **node)} | retrievers
+        dtkg = hydra.utils.instantiate(nodes.dtkg, llm=scripted_llm(reply))  # the config's, with a scripted LLM
+        return {"dtkg": dtkg} | retrievers
 
     monkeypatch.setattr(evaluate, "make_retrievers", make_retrievers)
     out = tmp_path / "out"
     overrides = ["data=musique100", f"data.name={tiny_musique}", f"data.limit={LIMIT}", "n_boot=50"]
     cfg = compose_config("eval", [*overrides, "retriever=[dtkg,dense]", f"output_dir={out}"])
-    assert cfg.retriever.dtkg.mode == "auto" and hydra.utils.get_class(cfg.retriever.dtkg._target_) is DTKGRetriever
+    assert cfg.retriever.dtkg.settings.mode == "auto"
+    assert hydra.utils.get_class(cfg.retriever.dtkg._target_) is DTKGRetriever
     evaluate.run_eval(cfg)
     questions = load_dataset(tiny_musique, limit=LIMIT).qa
     return out, {q.id: q.question for q in questions}

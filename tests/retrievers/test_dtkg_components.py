@@ -269,4 +269,12 @@ def test_settings_validate():
         DTKGSettings(alpha=1.5)
     with pytest.raises(ValueError, match="classifier_labels='chain_or_not'"):
         DTKGSettings(classifier_labels="chain_or_not")
+    with pytest.raises(ValueError, match="keywords='id' must be a list of words"):
+        DTKGSettings(keywords="id")  # a bare string would be read as the letters i, d
+    with pytest.raises(ValueError, match="'max_depth': True"):
+        DTKGSettings(max_depth=True)
+    from omegaconf import OmegaConf
+
+    keywords = DTKGSettings(keywords=OmegaConf.create(["ID", "Source"])).keywords  # as a YAML list arrives
+    assert keywords == ("id", "source") and isinstance(keywords, tuple)
     assert prompts.CLASS_CHOICES == {"yes_no": ("yes", "no"), "chained_parallel": ("chained", "parallel")}

@@ -19,7 +19,7 @@ from test_dtkg_tracks import (
 
 from glmrag.data.types import Corpus, Passage
 from glmrag.retrievers.base import AnsweringRetriever, LLMCostedRetriever, Retriever
-from glmrag.retrievers.dtkg import DTKGRetriever
+from glmrag.retrievers.dtkg import DTKGRetriever, DTKGSettings
 from glmrag.retrievers.dtkg.ranking import USED_OFFSET, triple_passages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,9 +56,10 @@ def both_replies(p: str) -> str:
     return parallel_reply('["Inception was directed by Steven Spielberg."]')(p)
 
 
-def make(llm, **kw):
-    kw = {"reranker": KeywordReranker("directed", "spouse", "born in", "music"), "encoder": WordEncoder()} | kw
-    return DTKGRetriever(llm, **kw)
+def make(llm, seed=0, **settings):
+    """A retriever with keyword reranking and word embeddings; ``settings``: fields of :class:`DTKGSettings`."""
+    reranker = KeywordReranker("directed", "spouse", "born in", "music")
+    return DTKGRetriever(llm, DTKGSettings(**settings), reranker=reranker, encoder=WordEncoder(), seed=seed)
 
 
 def test_rankings_answers_and_cost(scripted_llm):
@@ -121,17 +122,23 @@ def test_classifier_labels_reach_the_classifier_prompt(scripted_llm, labels, fie
     assert llm.prompts[0].rstrip().endswith(f"{QUESTION.question}\n{field}")
 
 
-def config_retriever(key, llm, tmp_path, monkeypatch):
-    """The retriever of ``configs/retriever/{key}.yaml`` with ``llm`` standing in for SmolLM2."""
+def config_node(key, tmp_path, monkeypatch, overrides=()):
+    """The composed node of ``configs/retriever/{key}.yaml`` (with eval.py ``overrides``)."""
     from hydra import compose, initialize_config_dir
-    from hydra.utils import instantiate
 
     import glmrag.index.cache  # noqa: F401  (registers the ${glmrag_cache:...} resolver)
 
     monkeypatch.setenv("GLMRAG_CACHE_DIR", str(tmp_path))
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose(config_name="eval", overrides=[f"retriever=[{key}]", "output_dir=unused"])
-    node = cfg.retriever[key]
+        cfg = compose(config_name="eval", overrides=[f"retriever=[{key}]", "output_dir=unused", *overrides])
+    return cfg.retriever[key]
+
+
+def config_retriever(key, llm, tmp_path, monkeypatch, overrides=()):
+    """The retriever of ``configs/retriever/{key}.yaml`` with ``llm`` standing in for SmolLM2."""
+    from hydra.utils import instantiate
+
+    node = config_node(key, tmp_path, monkeypatch, overrides)
     assert node.llm._target_ == "glmrag.llm.local.LocalLLM" and node.llm.model == "offline:smollm2-135m-instruct"
     return instantiate(node, llm=llm, encoder=WordEncoder())
 
@@ -200,6 +207,56 @@ def test_config_instantiates(key, scripted_llm, tmp_path, monkeypatch):
     index = make_index()
     (ranking,) = r.retrieve([QUESTION], index, corpus_of(index), top_k=4)
     assert len(ranking.passage_ids) >= 4 and r.answers[QUESTION.id] and r.llm_cost()[QUESTION.id].calls > 0
+
+
+@pytest.mark.parametrize("key", sorted(CONFIGS))
+def test_each_config_differs_from_the_settings_defaults_only_by_its_ablation(key, tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.to_container(config_node(key, tmp_path, monkeypatch).settings, resolve=True)
+    assert node.pop("_target_") == "glmrag.retrievers.dtkg.DTKGSettings"
+    # the defaults written out from the paper (DTKG App. A.4-A.7, §3.3.2, Eq. 15) and the stated choices
+    paper = {"candidates": 50, "alpha": 0.75, "max_depth": 3, "max_width": 3, "select_max": 3, "max_facts": 5}
+    stated = {"threshold": 0.5, "select_trigger": 6, "necessity_threshold": 0.5, "verify_top": 3, "answer_paths": 3}
+    expected = paper | stated | {"classifier_labels": "yes_no", "link_threshold": 0.5}
+    expected |= {"keywords": ["id", "source", "version", "metadata"]}
+    expected |= dict(zip(("mode", "scoring", "denoise"), CONFIGS[key], strict=True))
+    assert node == expected
+    defaults = {k: list(v) if isinstance(v, tuple) else v for k, v in vars(DTKGSettings()).items()}
+    assert {k: v for k, v in node.items() if k not in ("mode", "scoring", "denoise")} == {
+        k: v for k, v in defaults.items() if k not in ("mode", "scoring", "denoise")
+    }
+
+
+def test_a_settings_override_reaches_every_part(scripted_llm, tmp_path, monkeypatch):
+    overrides = ["retriever.dtkg.settings.max_width=1", "retriever.dtkg.settings.mode=chain"]
+    r = config_retriever("dtkg", scripted_llm(both_replies), tmp_path, monkeypatch, overrides)
+    assert type(r.settings) is DTKGSettings and (r.settings.max_width, r.settings.mode) == (1, "chain")
+    assert r.router.mode == "chain" and all(t.settings is r.settings for t in r.tracks.values())
+    index = make_index()
+    r.retrieve([QUESTION], index, corpus_of(index), top_k=3)
+    assert all(len(layer) <= 1 for layer in r.results[QUESTION.id].trace["layers"])  # W_max = 1 on the chain
+
+
+def test_old_flat_keys_and_unknown_settings_fail_with_the_key(scripted_llm, tmp_path, monkeypatch):
+    from hydra.errors import ConfigCompositionException, InstantiationException
+
+    with pytest.raises(ConfigCompositionException, match="retriever.dtkg.mode"):
+        config_node("dtkg", tmp_path, monkeypatch, ["retriever.dtkg.mode=chain"])  # moved under settings
+    with pytest.raises(InstantiationException, match="DTKGSettings(.|\n)*'bogus'"):
+        config_retriever(
+            "dtkg", scripted_llm(both_replies), tmp_path, monkeypatch, ["+retriever.dtkg.settings.bogus=1"]
+        )
+    with pytest.raises(InstantiationException, match="settings.scoring='cosin'"):
+        config_retriever(
+            "dtkg", scripted_llm(both_replies), tmp_path, monkeypatch, ["retriever.dtkg.settings.scoring=cosin"]
+        )
+
+
+def test_settings_must_be_a_dtkgsettings(scripted_llm):
+    with pytest.raises(TypeError, match="not a DTKGSettings"):
+        DTKGRetriever(scripted_llm(both_replies), {"mode": "chain"}, encoder=WordEncoder())
+    assert DTKGRetriever(scripted_llm(both_replies), encoder=WordEncoder()).settings == DTKGSettings()
 
 
 @pytest.mark.llm

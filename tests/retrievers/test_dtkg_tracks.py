@@ -8,7 +8,7 @@ import scipy.sparse as sp
 
 from glmrag.data.types import Question
 from glmrag.index.kg import KGIndex
-from glmrag.retrievers.dtkg import DTKGRetriever
+from glmrag.retrievers.dtkg import DTKGRetriever, DTKGSettings
 from glmrag.retrievers.dtkg.chain import path_score
 from glmrag.retrievers.dtkg.evidence import triple_text
 from glmrag.retrievers.dtkg.scoring import fuse
@@ -91,9 +91,11 @@ def chain_reply(sufficient_when: str | None = None, select: str = "[1]"):
     return reply
 
 
-def retriever(llm, **kw):
-    kw = {"mode": "chain", "reranker": KeywordReranker("directed", "spouse", "born in"), "encoder": WordEncoder()} | kw
-    return DTKGRetriever(llm, **kw)
+def retriever(llm, reranker=None, **settings):
+    """A chained-track retriever (unless ``settings`` say otherwise) with keyword reranking and word embeddings."""
+    reranker = reranker or KeywordReranker("directed", "spouse", "born in")
+    settings = DTKGSettings(**({"mode": "chain"} | settings))
+    return DTKGRetriever(llm, settings, reranker=reranker, encoder=WordEncoder())
 
 
 def run(r, question=QUESTION):

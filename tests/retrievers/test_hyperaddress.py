@@ -7,7 +7,7 @@ import pytest
 from glmrag.data.types import Corpus, Passage, Question
 from glmrag.graph.hypergraph import Hypergraph, SentenceDescriber
 from glmrag.retrievers.base import Retriever
-from glmrag.retrievers.hyperaddress import HyperAddressRetriever, hyper_walk, hypergraph_pagerank
+from glmrag.retrievers.hyperaddress import HyperAddressRetriever, HyperAddressSettings, hyper_walk, hypergraph_pagerank
 
 
 class NamesDescriber:
@@ -100,7 +100,9 @@ def test_restart_follows_description_similarity(hash_encoder):
     graph = Hypergraph()
     passages = [Passage.make(f"t{j}", f"text {j}.") for j in range(4)]
     graph.add_passages(passages, [["alpha"], ["alpha", "beta"], ["gamma"], []], NamesDescriber())
-    retriever = HyperAddressRetriever(encoder=hash_encoder, restart_top=2, temperature=0.1, passage_share=0.25)
+    retriever = HyperAddressRetriever(
+        HyperAddressSettings(restart_top=2, temperature=0.1, passage_share=0.25), encoder=hash_encoder
+    )
     hyper = retriever.index_graph(graph)
     queries = hash_encoder.encode(["beta", "t2 gamma"])
     sims = retriever.incidence_similarity(hyper, queries)  # (B, I), incidences: (0,a) (1,a) (1,b) (2,g)
@@ -161,7 +163,9 @@ def test_config_builds_the_retriever(tmp_path, monkeypatch):
     assert list(retrievers) == ["hyperaddress", "ppr", "dense"]
     hyper = retrievers["hyperaddress"]
     assert isinstance(hyper, HyperAddressRetriever)
-    assert (hyper.damping, hyper.restart_top, hyper.temperature, hyper.passage_share) == (0.5, 20, 0.1, 0.5)
+    assert type(hyper.settings) is HyperAddressSettings
+    assert (hyper.settings.damping, hyper.settings.restart_top) == (0.5, 20)
+    assert (hyper.settings.temperature, hyper.settings.passage_share) == (0.1, 0.5)
     assert hyper.labels.cache_dir == tmp_path / "embeddings"
 
 
@@ -169,7 +173,9 @@ def test_config_builds_the_retriever(tmp_path, monkeypatch):
 def test_the_retriever_walks_with_its_damping(hash_encoder, damping):
     # at 0.5 damping and 1 - damping coincide: only other values tell an edge-following probability from a restart one
     graph = random_hypergraph(4)
-    retriever = HyperAddressRetriever(encoder=hash_encoder, damping=damping, restart_top=6, tol=1e-13)
+    retriever = HyperAddressRetriever(
+        HyperAddressSettings(damping=damping, restart_top=6, tol=1e-13), encoder=hash_encoder
+    )
     hyper = retriever.index_graph(graph)
     questions = [Question("q", "t3 e5", ("x",), ())]
     x_p, x_e = retriever.scores(questions, hyper)  # the walk only
@@ -198,4 +204,112 @@ def test_every_hyperaddress_config_walks_with_hipporags_damping(key, tmp_path, m
         cfg = compose(config_name="eval", overrides=[f"retriever=[{key}]", "output_dir=unused"])
     # the stated choice of glmrag/retrievers/hyperaddress/retriever.py (the paper's Table 6 value is not in its
     # text): HippoRAG's damping factor 0.5 (Gutiérrez et al., 2024), the PPR baseline's
-    assert cfg.retriever[key].damping == 0.5
+    assert cfg.retriever[key].settings.damping == 0.5
+
+
+def compose_hyperaddress(key, tmp_path, monkeypatch, overrides=()):
+    from hydra import compose, initialize_config_dir
+
+    import glmrag.index.cache  # noqa: F401  (registers the ${glmrag_cache:...} resolver)
+
+    monkeypatch.setenv("GLMRAG_CACHE_DIR", str(tmp_path))
+    with initialize_config_dir(config_dir=str(RETRIEVER_CONFIGS.parent), version_base="1.3"):
+        cfg = compose(config_name="eval", overrides=[f"retriever=[{key}]", "output_dir=unused", *overrides])
+    return cfg.retriever[key]
+
+
+@pytest.mark.parametrize("key", HYPERADDRESS_CONFIGS)
+def test_every_hyperaddress_config_states_the_walk_settings(key, tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.to_container(compose_hyperaddress(key, tmp_path, monkeypatch).settings)
+    assert node.pop("_target_") == "glmrag.retrievers.hyperaddress.HyperAddressSettings"
+    # the stated choices (Read the Route's Table 6 values are not in its text): HippoRAG's damping, 20 restart
+    # incidences at temperature 0.1, half the restart on the passage; one sentence label unless an LLM describes
+    expected = {"damping": 0.5, "restart_top": 20, "temperature": 0.1, "passage_share": 0.5}
+    expected |= {"top_entities": 100, "tol": 1e-6} | ({} if key == "hyperaddress_llm" else {"max_descriptions": 1})
+    assert node == expected
+    assert all(getattr(HyperAddressSettings(), k) == v for k, v in expected.items())  # the dataclass agrees
+
+
+def test_a_settings_override_changes_the_walk(hash_encoder, tmp_path, monkeypatch):
+    from hydra.utils import instantiate
+
+    node = compose_hyperaddress("hyperaddress", tmp_path, monkeypatch, ["retriever.hyperaddress.settings.damping=0.85"])
+    retriever = instantiate(node, encoder=hash_encoder)
+    assert type(retriever.settings) is HyperAddressSettings and retriever.settings.damping == 0.85
+    graph = random_hypergraph(4)
+    hyper = retriever.index_graph(graph)
+    questions = [Question("q", "t3 e5", ("x",), ())]
+    x_p, x_e = retriever.scores(questions, hyper)
+    r_p, r_e = retriever.restart_for(hyper, [questions[0].question])
+    ref_p, _ = reference_pagerank(graph, graph.incidence_weights(), r_p[:, 0], r_e[:, 0], 0.85)
+    assert np.abs(x_p[0] - ref_p).max() < 1e-5
+
+
+def test_old_flat_keys_and_unknown_settings_fail_with_the_key(tmp_path, monkeypatch):
+    from hydra.errors import ConfigCompositionException, InstantiationException
+    from hydra.utils import instantiate
+
+    with pytest.raises(ConfigCompositionException, match="retriever.hyperaddress.damping"):
+        compose_hyperaddress("hyperaddress", tmp_path, monkeypatch, ["retriever.hyperaddress.damping=0.85"])
+    node = compose_hyperaddress("hyperaddress", tmp_path, monkeypatch, ["+retriever.hyperaddress.settings.dampng=0.8"])
+    with pytest.raises(InstantiationException, match="HyperAddressSettings(.|\\n)*'dampng'"):
+        instantiate(node)
+    node = compose_hyperaddress("hyperaddress", tmp_path, monkeypatch, ["retriever.hyperaddress.settings.damping=1"])
+    with pytest.raises(InstantiationException, match=r"settings.damping=1 must be a number in \[0, 1\)"):
+        instantiate(node)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("damping", 1.0),
+        ("restart_top", 0),
+        ("temperature", 0.0),
+        ("passage_share", 1.5),
+        ("max_descriptions", 4),
+        ("top_entities", True),
+        ("tol", -1e-6),
+    ],
+)
+def test_settings_validate(field, value):
+    with pytest.raises(ValueError, match=f"settings.{field}={value!r} must be"):
+        HyperAddressSettings(**{field: value})
+
+
+def test_settings_must_be_a_hyperaddresssettings(hash_encoder):
+    with pytest.raises(TypeError, match="not a HyperAddressSettings"):
+        HyperAddressRetriever({"damping": 0.85}, encoder=hash_encoder)
+    assert HyperAddressRetriever(encoder=hash_encoder).settings == HyperAddressSettings()
+
+
+STEERED = {
+    "hyperaddress_1round": {"rounds": 1, "rewrite": False},  # Fig. 4: one reader pass, no rewriting
+    "hyperaddress_2rounds": {},
+    "hyperaddress_random_heads": {"head_set": "random"},
+    "hyperaddress_last_token": {"pointer": "last_token"},
+    "hyperaddress_no_labels": {},  # differs in its describer
+    "hyperaddress_no_transitions": {"transition_gain": 0.0},
+    "hyperaddress_generated_name": {"target": "generated_name"},
+}
+"""Per steered config, how its steering settings differ from the two-round method's."""
+
+
+@pytest.mark.parametrize("key", sorted(STEERED))
+def test_each_steered_config_differs_from_two_rounds_only_by_its_ablation(key, tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+
+    from glmrag.retrievers.hyperaddress import SteeringSettings
+
+    node = OmegaConf.to_container(compose_hyperaddress(key, tmp_path, monkeypatch).steering.settings)
+    assert node.pop("_target_") == "glmrag.retrievers.hyperaddress.SteeringSettings"
+    # from the paper: 8 heads (§3), threshold 0.7 and restart weight 2 (App. A); the rest are stated choices
+    paper = {"num_heads": 8, "rewrite_threshold": 0.7, "rewrite_weight": 2.0, "rounds": 2, "rewrite": True}
+    stated = {"read_top": 5, "probes": 64, "probe_passages": 4, "pointer_weight": 1.0, "transition_gain": 2.0}
+    stated |= {"max_span": 4, "rewrite_candidates": 3, "heads": None, "head_set": "selected", "pointer": "word"}
+    assert node == paper | stated | {"target": "heads"} | STEERED[key]
+    defaults = vars(SteeringSettings())
+    assert {k: v for k, v in node.items() if k not in STEERED[key]} == {
+        k: v for k, v in defaults.items() if k not in STEERED[key]
+    }

@@ -56,12 +56,12 @@ def test_random_heads_are_seeded_and_distinct(parts):
 
 
 def test_random_head_set_draws_heads_without_probes(parts, monkeypatch):
-    from glmrag.retrievers.hyperaddress.steering import Steering
+    from glmrag.retrievers.hyperaddress import Steering, SteeringSettings
 
     reader = Reader(*parts, name="tiny")
     graph = Hypergraph.from_index(world_index(), CORPUS)
     monkeypatch.setattr(addressing_heads, "score_heads", lambda *a: pytest.fail("random heads need no probes"))
-    steering = Steering(reader, head_set="random", num_heads=3, seed=1)
+    steering = Steering(reader, SteeringSettings(head_set="random", num_heads=3), seed=1)
     assert steering.addressing_heads(graph, lambda p: CORPUS[p]) == random_heads(reader, 3, seed=1)
     assert steering.selection is None
 
@@ -107,8 +107,8 @@ def config_trace(key, reader, tmp_path, monkeypatch, scripted_llm=None):
     node = cfg.retriever[key]
     if node.get("steering"):
         node.steering.reader = None  # the tiny reader stands in for SmolLM2
-        if node.steering.head_set == "selected":
-            node.steering.heads = [[0, 0], [1, 1]]
+        if node.steering.settings.head_set == "selected":
+            node.steering.settings.heads = [[0, 0], [1, 1]]
     kwargs = {"encoder": _hash_encoder()}
     if node.get("describer") and "llm" in node.describer:
         kwargs["describer"] = instantiate(node.describer, llm=reader.llm)
@@ -175,8 +175,7 @@ def test_generated_name_gives_its_entity_the_full_pointer_share(scripted_llm, pa
     # App. A: the generated name's entity "replaces the rewriting choice and receives the full restart share"
     from test_hyperaddress_rewrite import WordEncoder
 
-    from glmrag.retrievers.hyperaddress import HyperAddressRetriever
-    from glmrag.retrievers.hyperaddress.steering import Steering
+    from glmrag.retrievers.hyperaddress import HyperAddressRetriever, HyperAddressSettings, Steering, SteeringSettings
 
     restarts = []
     pagerank = HyperAddressRetriever.pagerank
@@ -187,8 +186,10 @@ def test_generated_name_gives_its_entity_the_full_pointer_share(scripted_llm, pa
 
     monkeypatch.setattr(HyperAddressRetriever, "pagerank", recording)
     reader = scripted_reader(scripted_llm, parts)  # names the bridge "Ann Lee"
-    steering = Steering(reader, rounds=1, read_top=3, heads=[(0, 0)], target="generated_name", transition_gain=0.0)
-    retriever = HyperAddressRetriever(encoder=WordEncoder(), steering=steering, restart_top=5)
+    steering = Steering(
+        reader, SteeringSettings(rounds=1, read_top=3, heads=[(0, 0)], target="generated_name", transition_gain=0.0)
+    )
+    retriever = HyperAddressRetriever(HyperAddressSettings(restart_top=5), encoder=WordEncoder(), steering=steering)
     index = world_index()
     retriever.retrieve([QUESTION], index, CORPUS, top_k=3)
     (step,) = steering.traces["q"]["rounds"]

@@ -10,7 +10,7 @@ from glmrag.llm.base import Usage
 from glmrag.retrievers.base import LLMCostedRetriever
 from glmrag.retrievers.hyperaddress import HyperAddressRetriever, addressing_heads, steering
 from glmrag.retrievers.hyperaddress.reader_pointers import Reader
-from glmrag.retrievers.hyperaddress.steering import HEADS_TAG, Steering
+from glmrag.retrievers.hyperaddress.steering import HEADS_TAG, Steering, SteeringSettings
 
 QUESTIONS = [
     Question("q1", "Where was the first president of the publisher of Journal X born?", ("Boston",), ()),
@@ -56,7 +56,7 @@ def tokens_read(monkeypatch):
 @pytest.mark.parametrize("rounds", [1, 2])
 def test_one_call_per_round_reading_the_prompt_tokens(llm, index, hash_encoder, tokens_read, rounds):
     reader = Reader.from_llm(llm, max_tokens=512)
-    steer = Steering(reader, rounds=rounds, read_top=2, heads=[(0, 0), (1, 2)], rewrite=False)
+    steer = Steering(reader, SteeringSettings(rounds=rounds, read_top=2, heads=[(0, 0), (1, 2)], rewrite=False))
     retriever = HyperAddressRetriever(encoder=hash_encoder, steering=steer, name="hyperaddress_test")
     assert isinstance(retriever, LLMCostedRetriever) and reader.llm is llm
     retriever.retrieve(QUESTIONS, index, CORPUS, top_k=3)
@@ -87,7 +87,9 @@ def test_head_selection_is_index_cost(llm, index, hash_encoder, tokens_read, tmp
 
     monkeypatch.setattr(addressing_heads, "score_heads", counting)
     reader = Reader.from_llm(llm, max_tokens=512)
-    steer = Steering(reader, rounds=1, read_top=2, num_heads=2, probes=6, probe_passages=3, cache_dir=tmp_path)
+    steer = Steering(
+        reader, SteeringSettings(rounds=1, read_top=2, num_heads=2, probes=6, probe_passages=3), cache_dir=tmp_path
+    )
     retriever = HyperAddressRetriever(encoder=hash_encoder, steering=steer)
     retriever.retrieve(QUESTIONS, index, CORPUS, top_k=3)
     assert len(scored) == 2  # the selection half and the held-out half of the probes
@@ -103,7 +105,9 @@ def test_head_selection_is_index_cost(llm, index, hash_encoder, tokens_read, tmp
     # a second run reads the cached heads: no index cost in this process, but the summary keeps what they cost
     again = HyperAddressRetriever(
         encoder=hash_encoder,
-        steering=Steering(reader, rounds=1, read_top=2, num_heads=2, probes=6, probe_passages=3, cache_dir=tmp_path),
+        steering=Steering(
+            reader, SteeringSettings(rounds=1, read_top=2, num_heads=2, probes=6, probe_passages=3), cache_dir=tmp_path
+        ),
     )
     calls_before = llm.usage.by_method()[HEADS_TAG].calls
     again.retrieve(QUESTIONS, index, CORPUS, top_k=3)
@@ -121,7 +125,9 @@ def test_walk_only_and_bare_readers_cost_zeros(index, hash_encoder, parts, token
     assert walk.llm_cost() == {"q1": Usage(), "q2": Usage()}
     assert walk.index_llm_cost() == {"hyperaddress_descriptions": Usage(), HEADS_TAG: Usage()}
     bare = Reader(*parts, name="tiny")  # no LLM behind it: nothing to count into
-    steered = HyperAddressRetriever(encoder=hash_encoder, steering=Steering(bare, rounds=1, heads=[(0, 0)]))
+    steered = HyperAddressRetriever(
+        encoder=hash_encoder, steering=Steering(bare, SteeringSettings(rounds=1, heads=[(0, 0)]))
+    )
     steered.retrieve(QUESTIONS, index, CORPUS, top_k=3)
     assert len(tokens_read) == 2  # it did read
     assert steered.llm_cost() == {"q1": Usage(), "q2": Usage()}

@@ -9,10 +9,10 @@ from transformers import AutoTokenizer
 from glmrag.data.types import Corpus, Passage, Question
 from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
 from glmrag.index.synthetic import build_kg
-from glmrag.retrievers.hyperaddress import HyperAddressRetriever
+from glmrag.retrievers.hyperaddress import HyperAddressRetriever, HyperAddressSettings
 from glmrag.retrievers.hyperaddress.reader_pointers import Reader
 from glmrag.retrievers.hyperaddress.rewrite import anchor_spans, candidate_spans, without_title
-from glmrag.retrievers.hyperaddress.steering import Steering
+from glmrag.retrievers.hyperaddress.steering import Steering, SteeringSettings
 
 
 def spans_text(question, spans):
@@ -118,8 +118,8 @@ def steered(reader, question=QUESTION, **kw):
         "rewrite_candidates": 10,
         "rewrite_threshold": 0.5,
     } | kw
-    steering = Steering(reader, **kw)
-    retriever = HyperAddressRetriever(encoder=WordEncoder(), steering=steering, restart_top=5)
+    steering = Steering(reader, SteeringSettings(**kw))
+    retriever = HyperAddressRetriever(HyperAddressSettings(restart_top=5), encoder=WordEncoder(), steering=steering)
     retriever.retrieve([question], index(), CORPUS, top_k=3)
     return retriever, steering
 
@@ -165,8 +165,9 @@ def test_the_rewritten_question_restarts_with_weight_two(reader, monkeypatch):
 
 def test_rewrite_needs_two_rounds():
     with pytest.raises(ValueError, match="rewrite=True with rounds=1"):
-        Steering(None, rounds=1, rewrite=True)
-    assert Steering(None, rounds=1).rewrite is False and Steering(None, rounds=2).rewrite is True
+        Steering(None, SteeringSettings(rounds=1, rewrite=True))
+    assert SteeringSettings(rounds=1).rewrite is False and SteeringSettings(rounds=2).rewrite is True
+    assert Steering(None).settings.rewrite is True  # the default: two rounds, one rewrite
 
 
 @pytest.mark.parametrize(
@@ -195,8 +196,10 @@ def test_the_retriever_protects_the_questions_linked_mentions(reader):
     kg = index()
     kg.question_links["q"] = [EntityLink("largest association", NAMES.index("american psychological association"), 1)]
     kw = {"rounds": 2, "read_top": 3, "heads": [(0, 0), (1, 2)], "rewrite_candidates": 10, "rewrite_threshold": 0.5}
-    steering = Steering(reader, **kw)
-    HyperAddressRetriever(encoder=WordEncoder(), steering=steering, restart_top=5).retrieve([QUESTION], kg, CORPUS, 3)
+    steering = Steering(reader, SteeringSettings(**kw))
+    HyperAddressRetriever(HyperAddressSettings(restart_top=5), encoder=WordEncoder(), steering=steering).retrieve(
+        [QUESTION], kg, CORPUS, 3
+    )
     assert steering.traces["q"]["rounds"][0]["rewrite"] == "none"  # no other span reaches the threshold
     _, unlinked = steered(reader, **kw)
     assert "largest association" in unlinked.traces["q"]["rounds"][0]["rewrite"]["span"]
@@ -225,7 +228,7 @@ def test_an_entity_the_question_names_is_no_rewrite_candidate():
     ann, boston = graph.entities.index("ann lee"), graph.entities.index("boston")
     context = ReadContext(None, None, [ann, boston], None, [0], {ann: "Ann Lee", boston: "Boston"})
     question = "Was ann lee the first president of the society born in a city in massachusetts?"
-    steering = Steering(None, rounds=2, rewrite_candidates=1, rewrite_threshold=0.5)
+    steering = Steering(None, SteeringSettings(rounds=2, rewrite_candidates=1, rewrite_threshold=0.5))
     retriever = HyperAddressRetriever(encoder=WordEncoder())
     # ann lee points highest, but the question names it (lower case): the one candidate is boston
     new = steering.rewritten(retriever, graph, lambda p: passages[p], context, np.array([0.9, 0.5]), question)

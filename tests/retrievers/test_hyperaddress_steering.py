@@ -12,10 +12,10 @@ from glmrag.data.types import Question
 from glmrag.graph.hypergraph import Hypergraph
 from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
 from glmrag.io import read_cache_json
-from glmrag.retrievers.hyperaddress import HyperAddressRetriever, addressing_heads
+from glmrag.retrievers.hyperaddress import HyperAddressRetriever, HyperAddressSettings, addressing_heads
 from glmrag.retrievers.hyperaddress.addressing_heads import make_probes, select_heads
 from glmrag.retrievers.hyperaddress.reader_pointers import Reader, build_context, entity_pointer, pointer_scores
-from glmrag.retrievers.hyperaddress.steering import Steering
+from glmrag.retrievers.hyperaddress.steering import Steering, SteeringSettings
 
 QUESTION = Question("q", "Where was the first president of the publisher of Journal X born?", ("Boston",), ())
 
@@ -117,8 +117,12 @@ def test_head_selection_on_probes_is_cached(reader, index, tmp_path, monkeypatch
 
 
 def test_one_round_restart_and_transitions(reader, index, hash_encoder):
-    steering = Steering(reader, rounds=1, read_top=2, heads=[(0, 0), (1, 2)], pointer_weight=1.5, transition_gain=2.0)
-    retriever = HyperAddressRetriever(encoder=hash_encoder, steering=steering, restart_top=3, tol=1e-12)
+    steering = Steering(
+        reader, SteeringSettings(rounds=1, read_top=2, heads=[(0, 0), (1, 2)], pointer_weight=1.5, transition_gain=2.0)
+    )
+    retriever = HyperAddressRetriever(
+        HyperAddressSettings(restart_top=3, tol=1e-12), encoder=hash_encoder, steering=steering
+    )
     (ranking,) = retriever.retrieve([QUESTION], index, CORPUS, top_k=5)
     # the same round by hand: read the walk's top 2, point, add the restart term, reweight read incidences
     hyper = retriever.prepare(index, CORPUS)
@@ -144,7 +148,8 @@ def test_one_round_restart_and_transitions(reader, index, hash_encoder):
 
 def test_two_rounds_rewrite_a_described_span(reader, index, hash_encoder):
     steering = Steering(
-        reader, rounds=2, read_top=3, heads=[(0, 0), (1, 2)], rewrite_candidates=10, rewrite_threshold=0.99
+        reader,
+        SteeringSettings(rounds=2, read_top=3, heads=[(0, 0), (1, 2)], rewrite_candidates=10, rewrite_threshold=0.99),
     )
     retriever = HyperAddressRetriever(encoder=hash_encoder, describer=FixedDescriber(), steering=steering)
     walk_only = HyperAddressRetriever(encoder=hash_encoder, describer=FixedDescriber())
@@ -154,11 +159,78 @@ def test_two_rounds_rewrite_a_described_span(reader, index, hash_encoder):
     # "first president" is ann lee's description (cosine 1 with the hash encoder): rewritten to its name as read
     assert steering.rewrites["q2"] == [question.question, "Where was the Ann Lee born"]
     assert sorted(steered.passage_ids) == sorted(walk.passage_ids) and steered.passage_scores != walk.passage_scores
-    zero = Steering(reader, rounds=0, heads=[(0, 0)])
+    zero = Steering(reader, SteeringSettings(rounds=0, heads=[(0, 0)]))
     (same,) = HyperAddressRetriever(encoder=hash_encoder, describer=FixedDescriber(), steering=zero).retrieve(
         [question], index, CORPUS, top_k=5
     )
     assert same.passage_scores == pytest.approx(walk.passage_scores)
+
+
+def compose_steered(key, tmp_path, monkeypatch, overrides=()):
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+
+    import glmrag.index.cache  # noqa: F401  (registers the ${glmrag_cache:...} resolver)
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("GLMRAG_CACHE_DIR", str(tmp_path))
+    with initialize_config_dir(config_dir=str(root / "configs"), version_base="1.3"):
+        cfg = compose(config_name="eval", overrides=[f"retriever=[{key}]", "output_dir=unused", *overrides])
+    node = cfg.retriever[key]
+    node.steering.reader = None  # the tiny reader stands in for SmolLM2
+    return node
+
+
+def test_a_steering_settings_override_changes_the_rounds(reader, index, tmp_path, monkeypatch):
+    from hydra.utils import instantiate
+
+    key = "hyperaddress_1round"
+    traces = {}
+    for read_top in (None, 2):
+        extra = [f"retriever.{key}.steering.settings.read_top={read_top}"] if read_top else []
+        node = compose_steered(key, tmp_path, monkeypatch, [f"retriever.{key}.steering.settings.heads=[[0,0]]", *extra])
+        retriever = instantiate(node)
+        retriever.steering.reader = reader
+        assert retriever.steering.settings.heads == ((0, 0),)  # a YAML list of pairs, held as a tuple
+        retriever.retrieve([QUESTION], index, CORPUS, top_k=3)
+        traces[read_top] = retriever.traces()[QUESTION.id]["rounds"]
+    assert [len(r["read"]) for r in traces[None]] == [5] and [len(r["read"]) for r in traces[2]] == [2]
+
+
+def test_old_flat_steering_keys_and_unknown_settings_fail_with_the_key(tmp_path, monkeypatch):
+    from hydra.errors import ConfigCompositionException, InstantiationException
+    from hydra.utils import instantiate
+
+    key = "hyperaddress_2rounds"
+    with pytest.raises(ConfigCompositionException, match=f"retriever.{key}.steering.rounds"):
+        compose_steered(key, tmp_path, monkeypatch, [f"retriever.{key}.steering.rounds=1"])  # moved under settings
+    node = compose_steered(key, tmp_path, monkeypatch, [f"+retriever.{key}.steering.settings.round=1"])
+    with pytest.raises(InstantiationException, match="SteeringSettings(.|\\n)*'round'"):
+        instantiate(node)
+    node = compose_steered(key, tmp_path, monkeypatch, [f"retriever.{key}.steering.settings.rounds=1"])
+    with pytest.raises(InstantiationException, match="rewrite=True with rounds=1"):  # the config rewrites
+        instantiate(node)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("rounds", -1, "'rounds': -1"),
+        ("read_top", 0, "'read_top': 0"),
+        ("transition_gain", -2.0, "'transition_gain': -2.0"),
+        ("rewrite_threshold", 1.5, "'rewrite_threshold': 1.5"),
+        ("pointer", "words", "settings.pointer='words' is unknown"),
+        ("head_set", "best", "settings.head_set='best' is unknown"),
+        ("target", "name", "settings.target='name' is unknown"),
+        ("heads", [[0]], r"settings.heads=\[\[0\]\] must be \[\[layer, head\], ...\]"),
+    ],
+)
+def test_steering_settings_validate(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        SteeringSettings(**{field: value})
+    with pytest.raises(TypeError, match="not a SteeringSettings"):
+        Steering(None, {field: value})
 
 
 @pytest.mark.parametrize(("key", "rounds"), [("hyperaddress_1round", 1), ("hyperaddress_2rounds", 2)])
@@ -178,10 +250,11 @@ def test_steered_configs_compose(key, rounds, reader, index, tmp_path, monkeypat
     assert node.steering.reader.llm._target_ == "glmrag.llm.local.LocalLLM"  # the one LLM config, passed in
     assert node.steering.reader.llm.model == "offline:smollm2-135m-instruct"
     node.steering.reader = None  # the tiny reader stands in for SmolLM2 here
-    node.steering.heads = [[0, 0], [1, 1]]
+    node.steering.settings.heads = [[0, 0], [1, 1]]
     retriever = instantiate(node)
     retriever.steering.reader = reader
-    assert retriever.steering.rounds == rounds and retriever.steering.rewrite_threshold == 0.7
+    settings = retriever.steering.settings
+    assert type(settings) is SteeringSettings and settings.rounds == rounds and settings.rewrite_threshold == 0.7
     assert retriever.steering.cache_dir == str(tmp_path / "heads")
     (ranking,) = retriever.retrieve([QUESTION], index, CORPUS, top_k=3)
     assert len(ranking.passage_ids) == 3

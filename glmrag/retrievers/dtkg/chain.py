@@ -1,40 +1,9 @@
-"""The chained reasoning track (DTKG §3.3.2, Eqs. 9-14).
+"""The chained reasoning track (DTKG §3.3.2, Eqs. 9-14): a layer-by-layer path search from a central entity.
 
-1. The central entity ``e0``: named by the LLM, linked by Eq. 5. An empty
-   name (``central_fallback``) or one that links to nothing
-   (``unlinked_mention``) falls back to the question's first linked seed of
-   the index (``seed_fallback``), else, for an empty name, to linking the
-   question text; with no entity at all there is no path (``no_path``).
-2. Expansion. The candidate relations of a path's last entity are its head
-   and tail triples, ``R(e) = R_head(e) ∪ R_tail(e)`` (Eqs. 9-11), except
-   those back to an entity already on the path. Each is scored against the
-   question by the two-stage scorer (Eqs. 6-7) as its triple's text (in an
-   OpenIE KG a relation phrase alone rarely pins the hop down); a path's score
-   is the product of its relations' scores (Eq. 12).
-3. Depth-first expansion with the four constraints of §3.3.2: depth at most
-   ``max_depth``; relations scoring below θ dropped (a denoising step: Table
-   4's "w/o Denoise" is "without any filtering", so ``denoise="none"`` drops
-   θ too); when the step's candidate relations are more than
-   ``select_trigger`` ("when the candidate pool is excessive"), the LLM
-   selects at most ``select_max`` of the scored pool (its reply read as a JSON
-   list of numbers; unreadable: ``select_fallback`` and the width rule
-   instead); otherwise the ``max_width`` best by path score. "Excessive" is
-   judged on the candidate relations *before* scoring, so whether the LLM
-   selects does not depend on the scoring mode (Table 3 compares scorers, not
-   selection on/off). The width is per expansion step over all paths of the
-   step, which is the O(D W) bound of App. A.7; so the DFS proceeds one layer
-   of depth at a time, and the sufficiency check runs "after each expansion
-   layer" (Eq. 13).
-4. Denoising (§3.4) screens candidates before the choice and, ``task_aware``,
-   drops chosen relations the LLM finds unnecessary (Eq. 16).
-5. After each layer below ``max_depth`` the LLM is asked whether the layer's
-   paths suffice (Eq. 13); ``yes`` stops the search. An unreadable reply
-   counts ``label_fallback`` and continues.
-6. The answer is generated only from the triples of the ``answer_paths`` best
-   paths of the last layer reached, ``P*`` (Eq. 14); an empty answer falls
-   back to the best path's last entity (``answer_fallback``).
-
-The triples used are those of ``P*``, each scored by the best path through it.
+:class:`ChainTrack` links the question's central entity, expands paths over its head and tail triples one
+layer at a time (scored by the two-stage scorer, screened by the denoiser, chosen by width or by the LLM),
+asks after each layer whether the paths suffice, and answers from the best paths. The triples of those
+paths are what it used.
 """
 
 from __future__ import annotations
@@ -71,6 +40,24 @@ def path_score(relation_scores) -> float:
 
 
 class ChainTrack(Track):
+    """DTKG's chained track; its steps (``s`` its :class:`~glmrag.retrievers.dtkg.settings.DTKGSettings`):
+
+    1. ``e0``: the entity the LLM names, linked by Eq. 5; an empty name (``central_fallback``) or an unlinked
+       one (``unlinked_mention``) falls back to the question's first seed entity (``seed_fallback``), else,
+       for an empty name, to linking the question text; no entity at all gives no path (``no_path``).
+    2. Each layer's candidates are the head and tail triples of every path's last entity (Eqs. 9-11), except
+       those back onto the path, scored as triple text (an OpenIE relation phrase alone rarely pins the hop
+       down); a path scores the product of its relation scores (Eq. 12).
+    3. Relations below θ are dropped (not with ``denoise="none"``: Table 4's baseline filters nothing). A
+       step with more than ``s.select_trigger`` candidates lets the LLM pick at most ``s.select_max``
+       (unreadable: ``select_fallback``); otherwise the ``s.max_width`` best paths go on. The width counts
+       over all paths of the step, the O(D W) bound of App. A.7, so the search runs one layer at a time.
+    4. ``task_aware`` denoising then drops chosen relations the LLM finds unnecessary (Eq. 16).
+    5. Below ``s.max_depth`` the LLM judges whether the layer's paths suffice (Eq. 13); ``yes`` stops.
+    6. The answer reads the triples of the ``s.answer_paths`` best paths of the last layer, ``P*`` (Eq. 14);
+       an empty answer falls back to the best path's last entity (``answer_fallback``).
+    """
+
     def central_entity(self, question: Question, index: KGIndex) -> int | None:
         """``e0`` (step 1); records the link in ``self.central``."""
         name = clean_mention(

@@ -1,19 +1,10 @@
-"""Routing a question to a track: the few-shot classifier (DTKG §3.2, App. C.1/C.3) and Table 2's fixed modes.
+"""Routing a question to a track: the few-shot classifier (DTKG §3.2, App. C.1/C.3) or a fixed mode of Table 2.
 
-The classifier is one 6-shot prompt with the five rules of Table 8
-(:mod:`~glmrag.retrievers.dtkg.prompts`). By default it asks the paper's
-yes/no question (§3.2: "If the classifier outputs 'yes', the question is
-classified as a chained multi-hop reasoning question; if it outputs 'no'
-... parallel"); ``labels="chained_parallel"`` asks for the track names
-instead (glmrag's earlier prompt, kept as a named option). The reply is read
-with :func:`~glmrag.llm.parse.parse_choice` over the two words; a reply with
-neither falls back to ``chain`` (counted as ``label_fallback``): chained
-questions are 90.8 % of MuSiQue (App. A.2), the benchmark this project
-evaluates on.
-
-The ablation modes of Table 2 skip the LLM: ``parallel`` (Only-Fact
-Verification), ``chain`` (Only-Reasoning Chain) and ``random`` (Random
-Classification: a fair coin from the question's seeded generator).
+The classifier is one 6-shot prompt with Table 8's five rules (:mod:`~glmrag.retrievers.dtkg.prompts`). It
+asks the paper's yes/no question ("yes": chained, "no": parallel) or, with ``labels="chained_parallel"``, for
+the track names. A reply with neither word routes to ``chain`` and counts ``label_fallback``: 90.8 % of
+MuSiQue is chained (DTKG App. A.2). The modes ``parallel``, ``chain`` and ``random`` (a fair coin from the
+question's seeded generator) skip the LLM.
 """
 
 from __future__ import annotations

@@ -1,31 +1,13 @@
-"""Task-aware denoising (DTKG §3.4, Eqs. 15-16; Table 4's three modes).
+"""Task-aware denoising (DTKG §3.4, Eqs. 15-16) in Table 4's three modes.
 
-Two kinds of irrelevant relations (§3.4):
+- ``none``: nothing is filtered, the chained track's θ included (Table 4: "without any filtering");
+- ``generic``: the keyword library ``K_invalid`` (Eq. 15) and the global threshold θ on combined scores;
+- ``task_aware`` (full): Eq. 15, θ, and the LLM's necessity score (Eq. 16: 0-10, scaled to [0, 1], below
+  θ_n dropped; no number keeps the relation and counts ``necessity_fallback``); on the parallel track a
+  triple among the top triples of several facts stays only with the fact it scores highest for.
 
-- administrative ones, pruned by the static keyword library ``K_invalid`` =
-  {ID, source, version, metadata} (Eq. 15). The paper writes ``k in
-  label(r)``; here a keyword must be a whole word of the label (case aside),
-  because as a substring "id" would also prune "provided", "video", "did";
-- redundant attributes, pruned by an LLM necessity score of the relation for
-  the question (Eq. 16): the LLM answers 0-10, scaled to [0, 1], and a
-  relation scoring below θ_n is discarded. An answer without a number keeps
-  the relation (score 1) and counts ``necessity_fallback``.
-
-The modes (Table 4):
-
-- ``none``: nothing is filtered, the chained track's θ (§3.3.2 (iii)) included:
-  Table 4's baseline is "without any filtering";
-- ``generic``: "fixed administrative rules and global thresholding without
-  task-specific LLM judgment": Eq. 15 plus the global threshold θ on the
-  combined score (:data:`~glmrag.retrievers.dtkg.settings.THRESHOLD`, whose value is chosen so that it
-  bites under every scoring mode), the same on both tracks;
-- ``task_aware`` (full): Eq. 15, θ, and Eq. 16; on the parallel track also the
-  "cross-redundant" triples (the same triple among the top triples of several
-  facts) are kept only for the fact they score highest with.
-
-The necessity prompts of one step go out as one batched generate call, and
-only for the candidates that would otherwise be used (a fact's top ``k``, a
-layer's chosen relations), which keeps the LLM cost at O(n) and O(D W).
+A keyword must be a whole word of the relation label (the paper's ``k in label(r)`` as a substring would
+prune "provided" for "id"). Necessity prompts of one step go out as one batched call, for used candidates only.
 """
 
 from __future__ import annotations

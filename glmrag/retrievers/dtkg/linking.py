@@ -1,22 +1,10 @@
 """Entity linking by string similarity (DTKG Eq. 5): ``q(e) = argmax_{q in E} sim(e, label(q))``.
 
-``sim`` is rapidfuzz's ``fuzz.ratio`` / 100 on normalised names
-(:func:`~glmrag.index.normalize.normalize_phrase`): the normalised Indel
-similarity ``1 - (insertions + deletions) / (|a| + |b|)``, i.e.
-``2 LCS(a, b) / (|a| + |b|)`` with LCS the longest common subsequence. The
-argmax is exact over every entity of the index (rapidfuzz scores ~20k names
-per mention in C++); ties go to the lower entity id.
-
-Eq. 5 always returns some entity, so a mention naming nothing in the KG ("zzzz
-qqq") would link to an arbitrary one. Here a best match below
-``min_similarity`` (:data:`MIN_SIMILARITY`) is **unlinked**: :meth:`EntityLinker.link`
-returns None, the caller counts ``unlinked_mention`` and takes its explicit
-fallback (the parallel track keeps the fact unverified, the chained track
-starts from the question's seed entities or finds no path).
-
-A small model often names the entity in a sentence ("The subject entity of
-this statement is Akinoshu Kenji."); :func:`clean_mention` keeps the name
-after such a lead-in, so the whole sentence is not what gets linked.
+``sim`` is rapidfuzz's ``fuzz.ratio`` / 100 on normalised names, ``2 LCS(a, b) / (|a| + |b|)``, exact over
+every entity of the index; ties go to the lower entity id. Eq. 5 always returns an entity; here a best match
+below :data:`MIN_SIMILARITY` is unlinked (:meth:`EntityLinker.link` returns None), so a mention that names
+nothing in the KG takes its track's explicit fallback instead of an arbitrary entity.
+:func:`clean_mention` strips a small model's lead-in ("The subject entity of this statement is X.").
 """
 
 from __future__ import annotations

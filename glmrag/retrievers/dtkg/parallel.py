@@ -1,28 +1,8 @@
-"""The parallel fact-checking track (DTKG §3.3.1, Eqs. 4-8).
+"""The parallel fact-checking track (DTKG §3.3.1, Eqs. 4-8): draft, decompose, verify against the KG, answer.
 
-For a question ``Q``:
-
-1. a draft response ``R`` (one sentence), decomposed into atomic facts
-   ``F = llm_dec(R)`` (Eq. 4), read as a JSON list of strings (at most
-   ``max_facts``, App. A.7); an unreadable list falls back to ``F = [R]``
-   (``json_fallback`` from the parser, plus ``decompose_fallback``);
-2. the subject of each fact (one batched call), linked to a KG entity by
-   string similarity (Eq. 5, :class:`~glmrag.retrievers.dtkg.linking.EntityLinker`);
-   an empty subject links the fact's own text (``subject_fallback``); a mention
-   below the linker's least similarity is unlinked (``unlinked_mention``) and
-   its fact gets no triples (kept as is, unverified);
-3. the subject's triples, head or tail, scored against the fact by the
-   two-stage scorer (Eqs. 6-7), screened by the denoiser (§3.4), and the top
-   ``verify_top`` kept as the fact's ``t*``;
-4. verification of each fact against its ``t*`` (one batched yes/no call); an
-   unreadable reply counts ``label_fallback`` and keeps the fact as supported;
-   unsupported facts are rewritten (Eq. 8, one batched call); an empty rewrite
-   keeps the fact (``rewrite_fallback``). A fact without triples is kept as
-   is, unverified;
-5. the answer, generated from the verified and rewritten facts; an empty one
-   falls back to the draft ``R`` (``answer_fallback``).
-
-The triples used are every fact's ``t*``, with their combined scores.
+:class:`ParallelTrack` drafts a one-sentence response, splits it into atomic facts, verifies each against
+the top KG triples of its linked subject, rewrites the unsupported ones and answers from the result. The
+triples used are every fact's top triples ``t*``, with their combined scores.
 """
 
 from __future__ import annotations
@@ -39,6 +19,19 @@ from glmrag.retrievers.dtkg.track import Track, first_line, link_trace
 
 
 class ParallelTrack(Track):
+    """DTKG's parallel track; its steps (``s`` its :class:`~glmrag.retrievers.dtkg.settings.DTKGSettings`):
+
+    1. A draft ``R`` split into atomic facts ``F = llm_dec(R)`` (Eq. 4), a JSON list of at most
+       ``s.max_facts``; an unreadable list gives ``F = [R]`` (``decompose_fallback``).
+    2. Each fact's subject (one batched call), linked by Eq. 5; an empty subject links the fact's text
+       (``subject_fallback``); an unlinked one (``unlinked_mention``) leaves the fact unverified.
+    3. The subject's triples, scored against the fact (Eqs. 6-7), screened (§3.4); the top ``s.verify_top``
+       are the fact's ``t*``.
+    4. Each fact verified against its ``t*`` (one batched yes/no call; unreadable: ``label_fallback``, kept
+       as supported); unsupported facts are rewritten (Eq. 8; empty rewrite: ``rewrite_fallback``).
+    5. The answer from the checked facts; an empty one falls back to ``R`` (``answer_fallback``).
+    """
+
     def decompose(self, question: str, response: str) -> list[str]:
         """Eq. 4: the atomic facts of ``response`` (at most ``max_facts``; ``[response]`` on fallback)."""
         text = self.llm.complete(prompts.decompose(question, response), max_new_tokens=96)

@@ -1,13 +1,8 @@
 """Every prompt DTKG sends, short enough for a 135M-parameter model on two CPU cores.
 
-Each builder returns one chat (a list of messages). The classification rules
-paraphrase DTKG Table 8 (App. C.1); the six examples are written for this
-project in the spirit of App. C.3 (three chained, three parallel, each rule
-illustrated), not copied from the paper. The other prompts follow the steps
-they serve: draft and decomposition (Eq. 4), subject extraction (Eq. 5),
-verification and rewrite (Eq. 8), central entity (§3.3.2), LLM relation
-selection (§3.3.2 (iv)), sufficiency (Eq. 13), answers (Eq. 14), necessity
-(Eq. 16) and the listwise reranker (App. A.4).
+Each builder returns one chat (a list of messages), named after the step it serves (Eqs. 4, 5, 8, 13, 14,
+16; §3.3.2; App. A.4). The classification rules paraphrase DTKG Table 8; the six examples are written for
+this project in the spirit of App. C.3, not copied from the paper.
 """
 
 from __future__ import annotations

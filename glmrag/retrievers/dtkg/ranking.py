@@ -1,21 +1,9 @@
-"""From the triples a DTKG track used to a passage ranking (for Recall@k on the shared evaluator).
+"""From the triples a DTKG track used to a passage ranking, so DTKG is measured by Recall@k like the others.
 
-DTKG answers from KG triples and ranks no passages; this project measures
-every method by Recall@k, so the ranking is derived from what the method used:
-
-1. the passages of the used triples come first (verified facts' ``t*`` on the
-   parallel track, the top paths ``P*`` on the chained one). A triple's
-   passages are those mentioning both its head and its tail
-   (``index.entity_passages``), else its head's, else its tail's. A passage
-   takes the best score of the triples that lead to it, and these passages are
-   ordered by that score, then by dense cosine, then corpus order;
-2. the rest of the corpus follows in dense order: the MiniLM cosine of
-   question and passage (the ``dense`` baseline's embeddings and on-disk
-   cache, :class:`~glmrag.retrievers.dense.DenseRetriever`), so every question
-   has at least ``top_k`` passages.
-
-Scores stay monotone along the ranking: a used passage scores ``2 + s`` (a
-triple score ``s`` is above -1), a dense one its cosine (at most 1).
+The passages of the used triples come first, each with the best score of the triples that lead to it
+(:func:`triple_passages`: those mentioning head and tail, else the head, else the tail); the rest of the
+corpus follows in dense order (the ``dense`` baseline's MiniLM cosines and cache). Scores stay monotone: a
+used passage scores ``2 + s`` (triple scores are above -1), a dense one its cosine (at most 1).
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""Stage II of DTKG's two-stage scoring (§3.3.1): a reranker that scores candidate triples against a query.
+"""Stage II of DTKG's two-stage scoring (§3.3.1): rerankers that score candidate triples against a query.
 
-DTKG App. A.4 explains its N = 50 optimum by "the concatenated text of
-candidate triplets" exceeding what "the LLM used for reranking" handles, so
-the paper's reranker is listwise over one prompt. :class:`LLMReranker` does
-that: it numbers the candidates, asks the LLM for the numbers of the relevant
-ones best first, and scores the candidate at rank ``i`` (0-based) of ``m``
-listed ``1 - i / m``; unlisted candidates score 0. Output that holds no valid
-number falls back to a uniform 0.5 for every candidate (the fusion of Eq. 7
-then orders by cosine alone), counted as the usage event ``rerank_fallback``.
-
-:class:`CrossEncoderReranker` is the pointwise alternative (e.g.
-``BAAI/bge-reranker-base``) through ``sentence_transformers.CrossEncoder``;
-its logits are mapped into [0, 1] by a sigmoid.
+:class:`LLMReranker` is the paper's listwise reranker (DTKG App. A.4): one prompt numbers the candidates,
+the LLM lists the relevant ones best first, and the candidate at rank ``i`` of ``m`` listed scores
+``1 - i / m`` (unlisted 0). A reply without a valid number scores every candidate 0.5 (Eq. 7 then orders
+by cosine) and counts ``rerank_fallback``. :class:`CrossEncoderReranker` is the pointwise alternative
+(e.g. ``BAAI/bge-reranker-base``), scores ``sigmoid(logit)``.
 """
 
 from __future__ import annotations

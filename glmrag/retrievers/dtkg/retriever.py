@@ -1,23 +1,11 @@
 """DTKG (Dual-Track KG-verified reasoning) as a retriever of the shared evaluator.
 
-Per question: the router (§3.2, or a fixed mode of Table 2) picks the
-parallel fact-checking track (§3.3.1,
-:class:`~glmrag.retrievers.dtkg.parallel.ParallelTrack`) or the chained
-reasoning track (§3.3.2, :class:`~glmrag.retrievers.dtkg.chain.ChainTrack`);
-both share the two-stage scorer (Eqs. 6-7, Table 3) and the denoiser (§3.4,
-Table 4). The track's answer goes to :attr:`DTKGRetriever.answers` (scored
-with EM/F1), the passages of the triples it used head the ranking, and dense
-order fills the rest (:mod:`~glmrag.retrievers.dtkg.ranking`).
-
-Every LLM call runs under ``llm.track(name, question.id)``; :meth:`llm_cost`
-returns what the last :meth:`retrieve` spent per question (calls, tokens,
-seconds and fallback events). Randomness (``random`` mode and scoring) comes
-from a generator seeded by ``seed`` and the question id, so a question's run
-does not depend on the others in the batch.
-
-The paper grounds in Wikidata; here the KG is the dataset's OpenIE index
-(:class:`~glmrag.index.kg.KGIndex`), entities are linked to its names, and
-triples are read as ``"head relation tail"``. Constants: :mod:`~glmrag.retrievers.dtkg.settings`.
+Per question the router (DTKG §3.2, or a fixed mode of Table 2) picks the parallel fact-checking track
+(§3.3.1) or the chained reasoning track (§3.3.2); both share the two-stage scorer (Eqs. 6-7) and the
+denoiser (§3.4). The track's answer goes to :attr:`DTKGRetriever.answers`; the passages of the triples it
+used head the ranking, and dense order fills the rest. Every tunable is a field of
+:class:`~glmrag.retrievers.dtkg.settings.DTKGSettings`; the KG is the dataset's OpenIE index (the paper's
+is Wikidata, docs/fidelity.md).
 """
 
 from __future__ import annotations
@@ -36,7 +24,6 @@ from glmrag.llm.base import LLM, Usage
 from glmrag.progress import progress
 from glmrag.retrievers.base import Ranking
 from glmrag.retrievers.dense import DenseRetriever, passage_text
-from glmrag.retrievers.dtkg import settings as defaults
 from glmrag.retrievers.dtkg.chain import ChainTrack
 from glmrag.retrievers.dtkg.classifier import TrackRouter
 from glmrag.retrievers.dtkg.denoise import Denoiser
@@ -61,72 +48,46 @@ class DTKGRetriever:
 
     Args:
         llm: the language model of every step (passed in, e.g. ``configs/llm/local.yaml``).
+        settings: every tunable (modes of DTKG Tables 2-4, paper constants); default :class:`DTKGSettings`.
         embed_model: sentence-transformers name or path of ``h(.)`` (Eq. 6) and the dense fill.
         reranker: ``"llm"`` (listwise by ``llm``, App. A.4), a cross-encoder name or path, or a Reranker.
-        mode, scoring, denoise: the ablations of DTKG Tables 2, 3, 4 (:mod:`~glmrag.retrievers.dtkg.settings`).
-        classifier_labels: the classifier's reply words, ``yes_no`` (§3.2) or ``chained_parallel``.
-        candidates ... keywords: the constants of :class:`~glmrag.retrievers.dtkg.settings.DTKGSettings`.
         name: the method name (the usage tag and the system name in reports).
-        seed: seeds the ``random`` mode and scoring.
+        seed: seeds the ``random`` mode and scoring, per question (:func:`question_rng`).
         cache_dir: where the dense passage embeddings are cached (shared with the ``dense`` baseline).
         encoder: any object with ``encode(texts) -> (N, d)`` unit rows in place of the embedder (tests).
+
+    Every LLM call runs under ``llm.track(name, question.id)``; :meth:`llm_cost` gives what the last
+    :meth:`retrieve` spent per question.
     """
 
     def __init__(
         self,
         llm: LLM,
+        settings: DTKGSettings | None = None,
         embed_model: str = DEFAULT_MODEL,
         reranker: str | Reranker = "llm",
-        mode: str = "auto",
-        classifier_labels: str = "yes_no",
-        scoring: str = "hybrid",
-        denoise: str = "task_aware",
-        candidates: int = defaults.CANDIDATES,
-        alpha: float = defaults.ALPHA,
-        max_depth: int = defaults.MAX_DEPTH,
-        max_width: int = defaults.MAX_WIDTH,
-        threshold: float = defaults.THRESHOLD,
-        select_trigger: int = defaults.SELECT_TRIGGER,
-        select_max: int = defaults.SELECT_MAX,
-        necessity_threshold: float = defaults.NECESSITY_THRESHOLD,
-        verify_top: int = defaults.VERIFY_TOP,
-        answer_paths: int = defaults.ANSWER_PATHS,
-        max_facts: int = defaults.MAX_FACTS,
-        keywords: Sequence[str] = defaults.INVALID_KEYWORDS,
-        link_threshold: float = defaults.LINK_THRESHOLD,
         name: str = "dtkg",
         seed: int = 0,
         cache_dir: str | Path | None = None,
         batch_size: int = 256,
         encoder=None,
     ) -> None:
-        self.settings = DTKGSettings(
-            mode=mode,
-            classifier_labels=classifier_labels,
-            scoring=scoring,
-            denoise=denoise,
-            candidates=candidates,
-            alpha=alpha,
-            max_depth=max_depth,
-            max_width=max_width,
-            threshold=threshold,
-            select_trigger=select_trigger,
-            select_max=select_max,
-            necessity_threshold=necessity_threshold,
-            verify_top=verify_top,
-            answer_paths=answer_paths,
-            max_facts=max_facts,
-            keywords=tuple(keywords),
-            link_threshold=link_threshold,
-        )
+        if settings is None:
+            settings = DTKGSettings()
+        if not isinstance(settings, DTKGSettings):
+            raise TypeError(
+                f"DTKGRetriever {name!r}: settings is a {type(settings).__name__}, not a DTKGSettings; give the "
+                "config's settings node `_target_: glmrag.retrievers.dtkg.DTKGSettings` (configs/retriever/dtkg.yaml)"
+            )
+        self.settings = settings
         self.llm, self.name, self.seed = llm, name, seed
         self.reranker = make_reranker(reranker, llm)
         self.dense = DenseRetriever(embed_model, batch_size=batch_size, cache_dir=cache_dir)
         self.encoder = encoder
         self.embed = TextEmbeddings(encoder if encoder is not None else self.dense.embedder)
-        scorer = TwoStageScorer(self.embed, self.reranker, candidates, alpha, scoring)
-        denoiser = Denoiser(self.settings, llm)
-        self.router = TrackRouter(llm, mode, classifier_labels)
+        scorer = TwoStageScorer(self.embed, self.reranker, settings.candidates, settings.alpha, settings.scoring)
+        denoiser = Denoiser(settings, llm)
+        self.router = TrackRouter(llm, settings.mode, settings.classifier_labels)
         self.tracks = {
             "parallel": ParallelTrack(llm, self.settings, scorer, denoiser, self.linker),
             "chain": ChainTrack(llm, self.settings, scorer, denoiser, self.linker),

@@ -1,23 +1,10 @@
-"""DTKG's two-stage hybrid scoring of candidate triples against a query (§3.3.1, Eqs. 6-7; Table 3).
+"""DTKG's two-stage hybrid scoring of candidate triples against a query (§3.3.1, Eqs. 6-7) and Table 3's modes.
 
-Stage I (Eq. 6) is the cosine of sentence embeddings, ``h(f) . h(t)`` on unit
-rows; only the top ``N`` candidates by cosine go on (App. A.4). Stage II
-scores those with a reranker and fuses (Eq. 7)::
-
-    score_combined = alpha * score_rerank + (1 - alpha) * sim_cos
-
-The ``scoring`` ablations of DTKG Table 3 change this step only:
-
-- ``hybrid``: both stages, Eq. 7 (the full method);
-- ``cosine``: stage I only, the score is the cosine ("S_cos Only");
-- ``rerank``: the reranker over every candidate without the stage-I filter
-  ("S_rr Only": "fails ... without the initial semantic filtering");
-- ``random``: uniform random scores from the question's seeded generator
-  ("None (Random): selecting a candidate relation randomly").
-
-Candidates not kept by stage I are dropped (not scored), so every returned
-list is at most ``N`` long except in ``rerank`` mode. Ties keep stage-I order (equal
-cosines: candidate order).
+Stage I (Eq. 6) keeps the top ``N`` candidates by embedding cosine; stage II reranks them and fuses,
+``score = alpha * score_rerank + (1 - alpha) * sim_cos`` (Eq. 7). The ``scoring`` modes: ``hybrid`` (Eq. 7),
+``cosine`` (stage I only), ``rerank`` (the reranker over every candidate, no stage-I cut) and ``random``
+(uniform scores from the question's seeded generator). Candidates cut by stage I are dropped, not scored;
+ties keep stage-I order.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """What the two DTKG tracks share (§3.3): their parts and the :meth:`Track.run` contract.
 
-Both tracks ground an LLM's reasoning in the KG with the same tools: the LLM,
-the settings, the two-stage scorer (Eqs. 6-7), the denoiser (§3.4) and the
-entity linker (Eq. 5), built once per index. The retriever routes each
-question to one track (§3.2) and calls its :meth:`Track.run`.
+Both tracks use the LLM, the settings, the two-stage scorer (Eqs. 6-7), the denoiser (§3.4) and the entity
+linker (Eq. 5), built once per index; the retriever routes each question to one track (§3.2).
 """
 
 from __future__ import annotations

@@ -1,36 +1,11 @@
 """Addressing-head selection on unlabeled probes (Read the Route §3, App. A.2), cached per reader model.
 
-§3 "selects eight heads from 1,152 using 600 unlabeled probes": the heads
-whose pointer score ranks the target entity first most often (this project's reading of §3). A
-probe is made from the hypergraph itself, so it needs no labels:
-
-- a target entity ``e`` in at least two passages, and two of its incidences
-  ``(p_ctx, e)``, ``(p_desc, e)``;
-- the context: ``p_ctx`` (which names ``e``) and ``context_passages - 1``
-  random passages that do not mention ``e``, in random order;
-- the question: the description of ``e`` on the incidence ``(p_desc, e)``
-  with every mention of ``e`` replaced by "it", so the reader must resolve the
-  description to the entity named in the context (the §3 setting: a described,
-  not named, entity).
-
-A probe whose description does not mention ``e`` verbatim, or whose context
-passage does not name it, is skipped. Every head of the reader is scored on
-every probe in one forward pass per probe (only the question rows are kept,
-:mod:`glmrag.nn.attention_rows`); ties in hit counts go to the higher mean
-reciprocal rank, then to the earlier (layer, head).
-
-A hit is the target ranked first **strictly**: a target tied with another
-candidate is not a hit (a head that gives every candidate the same score, e.g.
-zero, would otherwise "hit" every probe). The probes are split in two halves
-(even and odd positions of the seeded probe list): heads are selected on the
-first and their hit rate is reported on the second, **held out**, as §3's
-"59.0% of held-out probes" is (:attr:`HeadSelection.held_out_hit_rate`).
-
-The selection is stored as ``addressing-heads-<hash>.json`` in ``cache_dir``
-(checksummed, :func:`glmrag.io.write_cache_json`), keyed by the reader's name
-and the selection settings (not the corpus: the paper selects once per reader
-and keeps the heads across benchmarks, App. A), together with the LLM usage of
-the passes that made it, so a run that reads it still reports what it cost.
+§3 "selects eight heads from 1,152 using 600 unlabeled probes": here the heads whose pointer score ranks
+the probe's target entity first (strictly: a tie is no hit) most often. Probes come from the hypergraph
+itself, so they need no labels (:func:`make_probes`). Heads are selected on half of the probes and their
+hit rate is reported on the other, held-out half, as §3's "59.0% of held-out probes" is
+(:func:`select_heads`). The selection is cached per reader and settings, not per corpus (the paper keeps
+the heads across benchmarks, App. A), with the LLM usage it cost.
 """
 
 from __future__ import annotations
@@ -50,13 +25,14 @@ from glmrag.graph.hypergraph import Hypergraph, mention_spans
 from glmrag.io import load_cached_json, write_cache_json
 from glmrag.llm.base import Usage
 from glmrag.retrievers.hyperaddress.reader_pointers import Reader, build_context, pointer_scores
+from glmrag.retrievers.hyperaddress.settings import SteeringSettings
 
 log = logging.getLogger(__name__)
 
-NUM_HEADS = 8
-"""Addressing heads kept (§3: "eight heads from 1,152")."""
-NUM_PROBES = 64
-"""Probes scored; the paper uses 600 (§3) on a GPU, fewer here so the CPU default stays short."""
+NUM_HEADS = SteeringSettings.num_heads
+"""Addressing heads kept (Read the Route §3: "eight heads from 1,152"); one home, :class:`SteeringSettings`."""
+NUM_PROBES = SteeringSettings.probes
+"""Probes scored (§3 uses 600); one home, :class:`SteeringSettings`."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +67,14 @@ def _mask(text: str, name: str) -> str | None:
 def make_probes(
     graph: Hypergraph, passage: Callable[[int], Passage], probes: int, context_passages: int = 4, seed: int = 0
 ) -> list[tuple[list[tuple[int, Passage, list[tuple[int, str]]]], str, int]]:
-    """Up to ``probes`` probes: (context passages with their entities, question, target entity id)."""
+    """Up to ``probes`` probes: (context passages with their entities, question, target entity id).
+
+    A probe takes a target entity ``e`` in at least two passages and two of its incidences ``(p_ctx, e)``,
+    ``(p_desc, e)``. The context is ``p_ctx`` (which names ``e``) and ``context_passages - 1`` random passages
+    that do not mention it, shuffled; the question is the description of ``e`` on ``(p_desc, e)`` with every
+    mention of ``e`` replaced by "it", so the reader must resolve a described entity to a named one (the §3
+    setting). A probe whose description or context passage does not name ``e`` verbatim is skipped.
+    """
     rng = np.random.default_rng(seed)
     sizes = graph.edge_sizes()
     names = graph.entities
@@ -154,7 +137,15 @@ def select_heads(
     seed: int = 0,
     cache_dir: str | Path | None = None,
 ) -> HeadSelection:
-    """The ``num_heads`` heads ranking probe targets first most often; read from / written to ``cache_dir``."""
+    """The ``num_heads`` heads ranking probe targets first most often; read from / written to ``cache_dir``.
+
+    Every head is scored on every probe in one forward pass per probe. Heads are selected on the probes at
+    even positions of the seeded list and their hit rate reported on the odd ones
+    (:attr:`HeadSelection.held_out_hit_rate`); ties in hits go to the higher mean reciprocal rank, then to the
+    earlier (layer, head). A hit is the target ranked first strictly: otherwise a head scoring every
+    candidate the same would hit every probe. The cache file ``addressing-heads-<hash>.json`` is keyed by
+    the reader's name and these settings and checksummed (:func:`glmrag.io.write_cache_json`).
+    """
     settings = {
         "reader": reader.name,
         "num_heads": num_heads,

@@ -1,27 +1,12 @@
 """Entity descriptions written by an LLM: the labels of HyperAddress incidences (Read the Route §4.1).
 
-"An LLM writes one to three descriptions per mentioned entity" (§4.1), each
-saying what *this* passage says about the entity, so a question that describes
-an entity without naming it ("the first president of the publisher of ...")
-can match the incidence whose label states that description (§4.1: "incidence
-labels let the initial restart match a question's description").
-
-:class:`LLMDescriber` implements the
-:class:`~glmrag.graph.hypergraph.Describer` protocol with one prompt per
-passage: a one-shot chat (the example passage of
-:mod:`glmrag.index.extractors.llm_openie` and its descriptions), then the
-passage and its entities, asking for a JSON object mapping each entity to one
-to ``max_descriptions`` short descriptions. The answer is parsed with repair
-(:func:`glmrag.llm.parse.parse_json`); an entity the answer leaves without a
-usable description gets the offline :class:`~glmrag.graph.hypergraph.SentenceDescriber`
-sentence instead, counted as a ``description_fallback`` event.
-
-Passages are described ``batch_size`` per ``generate`` call when the hypergraph
-is built (:meth:`LLMDescriber.prefetch`, called by
-:meth:`~glmrag.retrievers.hyperaddress.retriever.HyperAddressRetriever.prepare`), and
-each answer is cached per passage (:class:`~glmrag.index.extractors.llm_openie.PassageCache`,
-keyed by the model, :data:`PROMPT_VERSION`, the entities and the settings), so
-a rebuilt hypergraph or an added passage costs only the passages not yet described.
+"An LLM writes one to three descriptions per mentioned entity" (§4.1), each saying what this passage says
+about it, so a question that describes an entity without naming it can match the incidence whose label
+states that description. :class:`LLMDescriber` asks, per passage, for a JSON object mapping each entity to
+at most ``max_descriptions`` descriptions (a one-shot chat, parsed with repair); an entity left without one
+gets the offline sentence label and counts ``description_fallback``. Passages are described in batches when
+the hypergraph is built (:meth:`LLMDescriber.prefetch`) and each answer is cached per passage, keyed by the
+model, :data:`PROMPT_VERSION`, the entities and the settings.
 """
 
 from __future__ import annotations

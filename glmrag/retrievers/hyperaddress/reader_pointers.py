@@ -1,20 +1,12 @@
 """Pointer scores of a reader's addressing heads (Read the Route §3, §4.2).
 
-The reader reads the top-ranked passages followed by the question "in one
-prompt without generating tokens" (§3). For a head, the *pointer score* of an
-entity is the attention from the question tokens to that entity's mention
-tokens (this project's reading of §3's "contribution from an entity's mentions to
-the head's output at question tokens"; the value-vector norm is left out).
-Scores are read at every question token ("word-level addressing", §3 Obs. 2,
-§5.3: "scoring every question word ... matters"); an entity's score is the mean
-over heads of its best question token.
-
-Attention rows come from :func:`glmrag.nn.attention_rows.capture_attention_rows`,
-so only the question rows of the chosen heads are ever materialised.
-
-The prompt is ``Wikipedia Title: {title}\\n{text}`` per passage (GLM-RAG Fig. 20's
-document layout), passages separated by a blank line, then
-``\\n\\nQuestion: {question}``.
+The reader reads the top-ranked passages, then the question, in one forward pass without generating (§3).
+A head's pointer score of an entity is the attention from the question tokens to the entity's mention
+tokens (this project's reading of §3; the value-vector norm is left out). Scores are read at every question
+token (§3 Obs. 2, "word-level addressing"); an entity scores the mean over heads of its best question token.
+Only the question rows of the chosen heads are materialised (:mod:`glmrag.nn.attention_rows`). The prompt is
+``Wikipedia Title: {title}\n{text}`` per passage (GLM-RAG Fig. 20's layout), blank lines between passages,
+then ``\n\nQuestion: {question}``.
 """
 
 from __future__ import annotations
@@ -31,11 +23,9 @@ from glmrag.data.types import Passage
 from glmrag.graph.hypergraph import mention_spans
 from glmrag.llm.base import LLM, Generation
 from glmrag.nn.attention_rows import capture_attention_rows
+from glmrag.retrievers.hyperaddress.settings import POINTERS
 
 QUESTION_PREFIX = "\n\nQuestion: "
-POINTERS = ("word", "last_token")
-"""Where scores are read: at every question token ("word-level addressing", §3 Obs. 2), or only at the
-question's last token (§3 Obs. 2's contrast: "last-token scoring substantially lowers later-bridge top-five rates")."""
 
 
 class Reader:

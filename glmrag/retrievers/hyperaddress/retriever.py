@@ -1,45 +1,13 @@
-"""HyperAddress (Read the Route, §4): Personalized PageRank on the description-labelled hypergraph.
+"""HyperAddress (Read the Route §4): Personalized PageRank on the description-labelled hypergraph.
 
-The walk (§4.2: "the walk alternates between passages and entity hyperedges")
-is a Markov chain on the bipartite graph of passages ``P`` and entities ``E``
-whose edges are the incidences of :class:`~glmrag.graph.hypergraph.Hypergraph`
-with weights ``W[p, e]`` (``|e|^-1/2``, §4.1, times the steering factors of
-read incidences, §4.2):
-
-- passage -> entity: ``Pr(e | p) = W[p, e] / sum_e' W[p, e']``;
-- entity -> passage: ``Pr(p | e) = W[p, e] / sum_p' W[p', e]``.
-
-Personalized PageRank with damping ``alpha`` (the probability of following an
-edge) iterates ``x <- alpha (M^T x + (d . x) r) + (1 - alpha) r`` on the stacked
-vector ``x = [x_P; x_E]`` (the power iteration of :mod:`glmrag.graph.pagerank`,
-shared with the PPR baseline); mass on a node without incidences (``d``) goes
-back to the restart distribution ``r``, as in ``networkx.pagerank``, which the
-tests compare against. Passages are ranked by their PageRank mass.
-
-**Restart from the question** (§4.1: "incidence labels let the initial restart
-match a question's description"). Each incidence scores the best cosine
-between the question and its descriptions (MiniLM here; the paper encodes with
-NV-Embed-v2, App. A). The ``restart_top`` best incidences share the restart by
-a softmax of ``cosine / temperature``; an incidence's share goes to its passage
-(fraction ``passage_share``) and to its entity (the rest), so the walk starts
-both from the passage that states the description and from the hyperedge it
-describes.
-
-**Steering** by a reader's addressing heads (§4.2) is
-:class:`~glmrag.retrievers.hyperaddress.steering.Steering`, given as ``steering``; without
-it the retriever is the walk-only variant.
-
-**Cost** (Fig. 5, Table 8): :meth:`HyperAddressRetriever.llm_cost` gives the
-steering reader's forward passes per question of the last ``retrieve``;
-:meth:`HyperAddressRetriever.index_llm_cost` the once-per-corpus LLM work (LLM
-descriptions, addressing-head selection).
-
-**Constants.** App. A selects the constants on MuSiQue development questions
-(Table 6), but the paper's text does not list Table 6's values. Defaults here
-are therefore stated choices, not the paper's: ``damping`` 0.5 (HippoRAG's, as
-the PPR baseline), ``restart_top`` 20, ``temperature`` 0.1, ``passage_share``
-0.5. Every one is a constructor argument and a key of
-``configs/retriever/hyperaddress.yaml``.
+The walk alternates between passages and entity hyperedges (§4.2) with incidence weights ``W[p, e]``
+(``|e|^-1/2``, §4.1, times the steering factors of read incidences): ``Pr(e | p)`` and ``Pr(p | e)`` are
+``W`` normalised over the passage's entities and over the entity's passages. The power iteration is the
+PPR baseline's (:mod:`glmrag.graph.pagerank`) on the stacked vector ``[x_P; x_E]``. The restart comes from
+the question: the ``restart_top`` incidences whose descriptions best match it share it by a softmax, each
+split between its passage and its entity (:meth:`HyperAddressRetriever.restart`). A
+:class:`~glmrag.retrievers.hyperaddress.steering.Steering` reader steers the rounds (§4.2); without one this
+is the walk only. Every tunable is a field of :class:`~glmrag.retrievers.hyperaddress.settings.HyperAddressSettings`.
 """
 
 from __future__ import annotations
@@ -64,18 +32,11 @@ from glmrag.llm.base import Usage
 from glmrag.progress import progress
 from glmrag.retrievers.base import Ranking
 from glmrag.retrievers.hyperaddress.llm_descriptions import USAGE_TAG as DESCRIPTIONS_TAG
+from glmrag.retrievers.hyperaddress.settings import HyperAddressSettings
 from glmrag.retrievers.hyperaddress.steering import HEADS_TAG, Steering
 
 log = logging.getLogger(__name__)
 
-DAMPING = 0.5
-"""Probability of following an edge; HippoRAG's value (the paper's Table 6 value is not in the text copy)."""
-RESTART_TOP = 20
-"""Incidences that share the question's restart (a stated choice, see the module docstring)."""
-TEMPERATURE = 0.1
-"""Softmax temperature over the restart incidences' cosines (a stated choice)."""
-PASSAGE_SHARE = 0.5
-"""Fraction of an incidence's restart mass put on its passage; the rest goes to its entity (a stated choice)."""
 TRACE_RESTARTS = 3
 """Restart incidences kept per question in the trace (inspection only)."""
 
@@ -123,8 +84,8 @@ def hypergraph_pagerank(
     walk: HyperWalk,
     restart_passages: np.ndarray,
     restart_entities: np.ndarray,
-    damping: float = DAMPING,
-    tol: float = 1e-6,
+    damping: float = HyperAddressSettings.damping,
+    tol: float = HyperAddressSettings.tol,
     dtype=np.float64,
 ) -> tuple[np.ndarray, np.ndarray]:
     """PageRank of the alternating walk for every restart column, within ``tol`` (L1) of the fixed point.
@@ -190,24 +151,26 @@ class HyperAddressRetriever:
 
     An :class:`~glmrag.retrievers.base.LLMCostedRetriever`: see :meth:`llm_cost` and :meth:`index_llm_cost`.
 
-    The hypergraph is built from the index's passage<->entity map and the
-    corpus texts on first use (kept for the last index seen). Without
-    ``steering`` this is "the walk without reading" (§5.3); with a
-    :class:`~glmrag.retrievers.hyperaddress.steering.Steering` its rounds follow (§4.2).
+    The hypergraph is built from the index's passage<->entity map and the corpus texts on first use (kept
+    for the last index seen).
+
+    Args:
+        settings: the walk's constants; default :class:`HyperAddressSettings`.
+        embed_model: sentence-transformers name or path of the question and description embeddings.
+        cache_dir: where description embeddings are cached, keyed by model and texts.
+        describer: writes each incidence's labels; default the offline sentence describer
+            (``settings.max_descriptions`` sentences).
+        steering: the reader's rounds (§4.2); ``None`` is "the walk without reading" (§5.3).
+        name: usage tag of the steering forward passes (the eval job's retriever key).
+        encoder: any object with ``encode(texts) -> (N, d)`` unit rows in place of the embedder (tests).
     """
 
     name = "hyperaddress"
 
     def __init__(
         self,
+        settings: HyperAddressSettings | None = None,
         embed_model: str = DEFAULT_MODEL,
-        damping: float = DAMPING,
-        restart_top: int = RESTART_TOP,
-        temperature: float = TEMPERATURE,
-        passage_share: float = PASSAGE_SHARE,
-        max_descriptions: int = 1,
-        top_entities: int = 100,
-        tol: float = 1e-6,
         cache_dir: str | Path | None = None,
         describer: Describer | None = None,
         batch_size: int = 256,
@@ -215,22 +178,20 @@ class HyperAddressRetriever:
         steering: Steering | None = None,
         name: str = "hyperaddress",
     ) -> None:
-        if not 0.0 <= damping < 1.0:
-            raise ValueError(f"damping={damping} must be in [0, 1)")
-        if restart_top < 1 or temperature <= 0 or not 0.0 <= passage_share <= 1.0:
-            raise ValueError(
-                f"restart_top={restart_top} (>= 1), temperature={temperature} (> 0) and "
-                f"passage_share={passage_share} (in [0, 1]) are out of range"
+        if settings is None:
+            settings = HyperAddressSettings()
+        if not isinstance(settings, HyperAddressSettings):
+            raise TypeError(
+                f"HyperAddressRetriever {name!r}: settings is a {type(settings).__name__}, not a "
+                "HyperAddressSettings; give the config's settings node "
+                "`_target_: glmrag.retrievers.hyperaddress.HyperAddressSettings` (configs/retriever/hyperaddress.yaml)"
             )
-        self.damping, self.restart_top, self.temperature = damping, restart_top, temperature
-        self.passage_share, self.top_entities, self.tol, self.batch_size = passage_share, top_entities, tol, batch_size
-        self.describer = describer or SentenceDescriber(max_descriptions)
+        self.settings, self.batch_size = settings, batch_size
+        self.describer = describer or SentenceDescriber(settings.max_descriptions)
         # any object with encode(texts) -> (N, d) unit rows may stand in for the MiniLM embedder (tests)
         self.embedder = encoder if encoder is not None else Embedder(embed_model, batch_size=batch_size)
         self.labels = LabelEmbeddings(self.embedder, embed_model, cache_dir)
-        self.steering = steering
-        self.name = name
-        """Usage tag of the steering forward passes (the eval job's retriever key, e.g. ``hyperaddress_1round``)."""
+        self.steering, self.name = steering, name
         self._cache: tuple[KGIndex, HyperIndex] | None = None
         self._cost: dict[str, Usage] = {}
         self._traces: dict[str, dict] = {}
@@ -262,23 +223,26 @@ class HyperAddressRetriever:
         return np.maximum.reduceat(per_description, hyper.description_ptr[:-1], axis=1)  # (B, I)
 
     def restart(self, hyper: HyperIndex, similarity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Restart distributions from incidence similarities (module docstring).
+        """Restart distributions from incidence similarities: the ``settings.restart_top`` best incidences share
+        the restart by a softmax of ``cosine / settings.temperature``, each share split between the incidence's
+        passage (fraction ``settings.passage_share``) and its entity (the rest).
 
         Shapes: ``similarity`` (B, I) -> passages (P, B), entities (E, B) float64; each column pair sums to 1.
         """
         graph = hyper.graph
         b = len(similarity)
-        top, values = top_k_stable(similarity, self.restart_top)  # (B, k)
+        top, values = top_k_stable(similarity, self.settings.restart_top)  # (B, k)
         values = values.astype(np.float64)
-        weights = np.exp((values - values[:, :1]) / self.temperature)  # (B, k) stable softmax
+        weights = np.exp((values - values[:, :1]) / self.settings.temperature)  # (B, k) stable softmax
         weights /= weights.sum(axis=1, keepdims=True)
         cols = np.repeat(np.arange(b), top.shape[1])
+        share = self.settings.passage_share
         r_p = sp.coo_matrix(
-            (self.passage_share * weights.ravel(), (graph.incidence_passage[top.ravel()], cols)),
+            (share * weights.ravel(), (graph.incidence_passage[top.ravel()], cols)),
             shape=(graph.num_passages, b),
         ).toarray()  # duplicates summed
         r_e = sp.coo_matrix(
-            ((1.0 - self.passage_share) * weights.ravel(), (graph.incidence_entity[top.ravel()], cols)),
+            ((1.0 - share) * weights.ravel(), (graph.incidence_entity[top.ravel()], cols)),
             shape=(graph.num_entities, b),
         ).toarray()
         return r_p, r_e
@@ -292,7 +256,8 @@ class HyperAddressRetriever:
         self, graph: Hypergraph, weights: np.ndarray, r_p: np.ndarray, r_e: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """One question's PageRank with incidence weights ``weights``. Shapes: (I,), (P,), (E,) -> (P,), (E,)."""
-        x_p, x_e = hypergraph_pagerank(hyper_walk(graph, weights), r_p[:, None], r_e[:, None], self.damping, self.tol)
+        walk, s = hyper_walk(graph, weights), self.settings
+        x_p, x_e = hypergraph_pagerank(walk, r_p[:, None], r_e[:, None], s.damping, s.tol)
         return x_p[:, 0], x_e[:, 0]
 
     def scores(
@@ -310,9 +275,9 @@ class HyperAddressRetriever:
         similarity = self.incidence_similarity(hyper, self.embedder.encode([q.question for q in questions]))
         r_p, r_e = self.restart(hyper, similarity)
         self._restart_trace(hyper, questions, similarity)
-        x_p, x_e = hypergraph_pagerank(hyper.walk, r_p, r_e, self.damping, self.tol)
+        x_p, x_e = hypergraph_pagerank(hyper.walk, r_p, r_e, self.settings.damping, self.settings.tol)
         x_p, x_e = x_p.T.copy(), x_e.T.copy()
-        if self.steering is not None and self.steering.rounds > 0:
+        if self.steering is not None and self.steering.settings.rounds > 0:
             ids = hyper.graph.passage_ids
 
             def passage(p: int):
@@ -369,7 +334,7 @@ class HyperAddressRetriever:
             batch = questions[start : start + self.batch_size]
             x_p, x_e = self.scores(batch, hyper, corpus, index)
             positions, values = top_k_stable(x_p, top_k)
-            entities, entity_values = top_k_stable(x_e, self.top_entities)
+            entities, entity_values = top_k_stable(x_e, self.settings.top_entities)
             rankings += make_rankings(
                 [q.id for q in batch], hyper.graph.passage_ids, positions, values, entities, entity_values
             )

@@ -1,32 +1,11 @@
 """Question rewriting between HyperAddress rounds (Read the Route §4.2, App. A), never over a named anchor.
 
-§4.2: "Between rounds, HyperAddress replaces one question *description* with
-the entity name it most likely refers to"; App. A: "a question span is
-replaced with the name of the entity most likely described, when span-label
-cosine similarity is at least 0.7". What gets replaced is a description ("the
-first president of ..."), never what the question names: the named anchors
-are where the walk starts, and replacing "Journal of Psychotherapy
-Integration" by the name of its publisher throws the question's only anchor
-away (an audit of an earlier version found exactly this on MuSiQue).
-
-So a span may be rewritten only if it overlaps no **anchor**:
-
-- a run of capitalised words, with the connectors of :data:`CONNECTORS`
-  between them ("Journal of Psychotherapy Integration", "Bubye River");
-- a word with a digit (years, numbers) or a quoted phrase;
-- a mention of a title of a read passage (titles are what the corpus names;
-  a question may write one in lower case);
-- a mention, whatever its case, of an entity the question was linked to or
-  of the question's own NER spans (the index's ``question_links``): the index
-  names "rugby union", "reign of terror", "anglicanism" in lower case, and a
-  rewrite of "an international in rugby" must not split "rugby union".
-
-A span must also hold a word outside :data:`FUNCTION_WORDS` (a description
-says something). The labels a span is compared with are the descriptions on
-the incidences, **without** the ``"{title}: "`` prefix the sentence labels
-carry (:class:`~glmrag.graph.hypergraph.SentenceDescriber`): the prefix names
-the passage, not the entity, and a span that repeats a title would otherwise
-match every label of that passage.
+App. A: "a question span is replaced with the name of the entity most likely described, when span-label
+cosine similarity is at least 0.7". Only a description is replaced, never what the question names: the named
+anchors are where the walk starts (an audit of an earlier version replaced a journal's name by its
+publisher's and lost the question's only anchor). A candidate span overlaps no anchor
+(:func:`anchor_spans`) and holds a word outside :data:`FUNCTION_WORDS`; it is compared with the incidence
+labels without their ``"{title}: "`` prefix, which names the passage, not the entity (:func:`without_title`).
 """
 
 from __future__ import annotations
@@ -66,9 +45,12 @@ def word_spans(question: str) -> list[tuple[int, int]]:
 
 
 def anchor_spans(question: str, titles: Sequence[str] = (), names: Sequence[str] = ()) -> list[tuple[int, int]]:
-    """Character spans of ``question`` that name something (module docstring); never rewritten.
+    """Character spans of ``question`` that name something; never rewritten.
 
-    ``titles``: the read passages' titles; ``names``: the question's linked entities and NER mentions.
+    An anchor is a run of capitalised words with :data:`CONNECTORS` between them ("Journal of Psychotherapy
+    Integration"), a word with a digit, a quoted phrase, or a mention in any case of one of ``titles`` (the
+    read passages' titles) or ``names`` (the question's linked entities and NER mentions: the index names
+    "rugby union" in lower case, and "an international in rugby union" must keep it whole).
     """
     words = word_spans(question)
     bare = [question[a:b].strip(_STRIP) for a, b in words]

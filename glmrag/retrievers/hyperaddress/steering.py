@@ -1,50 +1,13 @@
 """Attention steering of the HyperAddress walk (Read the Route §4.2, App. A).
 
-Per round, "the reader processes top-ranked passages and the question in one
-forward pass ... without generating tokens" (§4, §4.2), and the addressing
-heads' pointer scores (:mod:`glmrag.retrievers.hyperaddress.reader_pointers`)
-
-- **set the restart**: the read entities' pointer scores, normalised, form a
-  restart term of weight ``pointer_weight``, added to the question's
-  description restart (weight 1);
-- **reweight read incidences in both directions** (§4.2): the weight of every
-  incidence ``(p, e)`` of a read passage becomes ``|e|^-1/2 (1 + gain * s_e)``,
-  ``s_e`` the entity's pointer score over the best read entity's (0 for an
-  entity the heads cannot point at); the walk's two transitions are normalised
-  from these weights, so both passage -> entity and entity -> passage moves
-  follow them. A later round overwrites the factors of the incidences it reads.
-
-**Rewriting** between rounds (§4.2, App. A): "a question span is replaced with
-the name of the entity most likely described, when span-label cosine
-similarity is at least 0.7"; the candidates are the ``rewrite_candidates`` read
-entities with the highest pointer scores not already named in the question,
-the spans every run of 1 to ``max_span`` question words, the labels those of
-the candidate's read incidences. "The rewritten question's restart, weighted 2,
-is added to restarts from earlier question versions" (App. A), and the next
-round reads the rewritten question.
-
-**Cost** (Fig. 5, Table 8): every reader forward pass is counted in the usage of
-the reader's LLM as one call reading ``S`` tokens and generating none
-(:func:`~glmrag.retrievers.hyperaddress.reader_pointers.pointer_scores`), under the tag the
-retriever sets per question; head selection under :data:`HEADS_TAG`.
-
-Variants (§5.3, Fig. 4, App. A): ``rounds`` 0 is the walk only, 1 one reader pass
-(no rewriting), 2 two rounds with one rewrite; the ablations of §5.3 are
-``head_set="random"`` (random heads instead of the selected ones),
-``pointer="last_token"`` (scores read at the question's last token only, §3
-Obs. 2), ``transition_gain=0`` (no steered transitions) and
-``target="generated_name"`` (App. A: the reader *generates* the bridge's name,
-mapped to a read entity by embedding similarity; that entity takes the whole
-pointer share and is the only rewrite candidate).
-
-**Trace**: :attr:`Steering.traces` keeps, per question, the heads, and per
-round the passages read, the top pointer targets, and the rewrite (before,
-after, span, label, cosine) or why none fired.
-
-**Constants** not in the text copy of the paper (Table 6 values): ``read_top``
-5, ``pointer_weight`` 1, ``transition_gain`` 2, ``max_span`` 4,
-``rewrite_candidates`` 3 are stated choices. From the paper: 8 addressing
-heads (§3), threshold 0.7 and restart weight 2 (App. A).
+Each round the reader reads the top-ranked passages and the question in one forward pass, without
+generating (§4.2), and its addressing heads' pointer scores steer the walk: they add a restart term over the
+read entities, and they reweight every incidence ``(p, e)`` of a read passage to ``|e|^-1/2 (1 + gain s_e)``
+(``s_e`` the entity's score relative to the best read entity), so both transitions follow them. Between
+rounds a question description may be rewritten to the entity it most likely names
+(:mod:`~glmrag.retrievers.hyperaddress.rewrite`); the rewritten question's restart, weight 2, is added to
+the earlier ones (App. A). Every reader pass is counted in the reader LLM's usage under the retriever's
+per-question tag; head selection under :data:`HEADS_TAG` (index cost, Table 8).
 """
 
 from __future__ import annotations
@@ -58,9 +21,8 @@ import numpy as np
 from glmrag.data.types import Passage
 from glmrag.graph.hypergraph import mention_spans
 from glmrag.index.ranking import top_k_stable
-from glmrag.retrievers.hyperaddress.addressing_heads import NUM_HEADS, NUM_PROBES, random_heads, select_heads
+from glmrag.retrievers.hyperaddress.addressing_heads import random_heads, select_heads
 from glmrag.retrievers.hyperaddress.reader_pointers import (
-    POINTERS,
     ReadContext,
     Reader,
     build_context,
@@ -68,20 +30,13 @@ from glmrag.retrievers.hyperaddress.reader_pointers import (
     pointer_scores,
 )
 from glmrag.retrievers.hyperaddress.rewrite import anchor_spans, best_rewrite, candidate_spans, without_title
+from glmrag.retrievers.hyperaddress.settings import SteeringSettings
 
 log = logging.getLogger(__name__)
 
-REWRITE_THRESHOLD = 0.7
-"""Span-label cosine needed to rewrite (App. A)."""
-REWRITE_WEIGHT = 2.0
-"""Restart weight of a rewritten question (App. A)."""
 HEADS_TAG = "hyperaddress_heads"
 """Usage tag of the head-selection forward passes (index cost: "head selection is included in the index
 cost", App. A.2, Table 8), apart from the per-question steering passes."""
-HEAD_SETS = ("selected", "random")
-"""Addressing heads: selected on probes (§3), or a seeded random set (§5.3's alternative head sets)."""
-TARGETS = ("heads", "generated_name")
-"""What steers: the heads' pointer scores (§4.2), or a name the reader generates (App. A's generated-name variant)."""
 TOP_TARGETS = 5
 """Pointer targets kept per round in the trace (inspection only)."""
 
@@ -89,85 +44,60 @@ TOP_TARGETS = 5
 class Steering:
     """The reader-driven part of HyperAddress, given to a ``HyperAddressRetriever``.
 
-    ``reader`` is passed in (e.g. ``Reader.from_llm`` of the local LLM backend).
-    ``heads`` fixes the addressing heads; otherwise they are selected on
-    ``probes`` unlabeled probes from the corpus on first use and cached in
-    ``cache_dir`` per reader model (:mod:`glmrag.retrievers.hyperaddress.addressing_heads`),
-    or drawn at random (``head_set="random"``, seeded by ``seed``).
-    ``rewrite`` defaults to ``rounds >= 2`` (rewrites happen between rounds).
+    Args:
+        reader: the reader, passed in (e.g. ``Reader.from_llm`` of the local LLM backend).
+        settings: the rounds, heads and rewrite constants; default :class:`SteeringSettings`.
+        cache_dir: where selected heads are cached per reader model
+            (:mod:`~glmrag.retrievers.hyperaddress.addressing_heads`).
+        seed: seeds the probes and a random head set.
+
+    A rewrite considers the ``settings.rewrite_candidates`` read entities of highest pointer score not already
+    named, over spans of 1 to ``settings.max_span`` words. :attr:`traces` keeps, per question, the heads and
+    per round the passages read, the top pointer targets and the rewrite or why none fired.
     """
 
     def __init__(
         self,
         reader: Reader,
-        rounds: int = 2,
-        read_top: int = 5,
-        num_heads: int = NUM_HEADS,
-        probes: int = NUM_PROBES,
-        probe_passages: int = 4,
-        heads: Sequence[Sequence[int]] | None = None,
-        head_set: str = "selected",
-        pointer: str = "word",
-        target: str = "heads",
-        pointer_weight: float = 1.0,
-        transition_gain: float = 2.0,
-        rewrite: bool | None = None,
-        rewrite_threshold: float = REWRITE_THRESHOLD,
-        rewrite_weight: float = REWRITE_WEIGHT,
-        max_span: int = 4,
-        rewrite_candidates: int = 3,
+        settings: SteeringSettings | None = None,
         cache_dir: str | Path | None = None,
         seed: int = 0,
     ) -> None:
-        if rounds < 0 or read_top < 1 or num_heads < 1 or transition_gain < 0 or pointer_weight < 0:
-            raise ValueError(
-                f"rounds={rounds} (>= 0), read_top={read_top} (>= 1), num_heads={num_heads} (>= 1), "
-                f"transition_gain={transition_gain} and pointer_weight={pointer_weight} (>= 0) are out of range"
+        if settings is None:
+            settings = SteeringSettings()
+        if not isinstance(settings, SteeringSettings):
+            raise TypeError(
+                f"Steering: settings is a {type(settings).__name__}, not a SteeringSettings; give the config's "
+                "steering.settings node `_target_: glmrag.retrievers.hyperaddress.SteeringSettings` "
+                "(configs/retriever/hyperaddress_2rounds.yaml)"
             )
-        for key, value, allowed in (
-            ("head_set", head_set, HEAD_SETS),
-            ("pointer", pointer, POINTERS),
-            ("target", target, TARGETS),
-        ):
-            if value not in allowed:
-                raise ValueError(f"Steering {key}={value!r} is unknown; expected one of {', '.join(allowed)}")
-        if rewrite and rounds < 2:
-            raise ValueError(
-                f"Steering rewrite=True with rounds={rounds}: a rewrite happens between rounds (App. A), so it "
-                "needs rounds >= 2; set rewrite: false (or leave it null) for one round"
-            )
-        self.reader, self.rounds, self.read_top = reader, rounds, read_top
-        self.num_heads, self.probes, self.probe_passages, self.seed = num_heads, probes, probe_passages, seed
-        self.heads = [tuple(int(x) for x in h) for h in heads] if heads is not None else None
-        self.head_set, self.pointer, self.target = head_set, pointer, target
-        self.pointer_weight, self.transition_gain = pointer_weight, transition_gain
-        self.rewrite = rounds >= 2 if rewrite is None else bool(rewrite)
-        self.rewrite_threshold, self.rewrite_weight = rewrite_threshold, rewrite_weight
-        self.max_span, self.rewrite_candidates = max_span, rewrite_candidates
+        self.reader, self.settings, self.seed = reader, settings, seed
+        self.heads = list(settings.heads) if settings.heads is not None else None
+        """The addressing heads: the fixed ones, or those selected or drawn on first use."""
         self.cache_dir = cache_dir
         self.selection = None
         """The :class:`~glmrag.retrievers.hyperaddress.addressing_heads.HeadSelection` when heads were selected here."""
         self.rewrites: dict[str, list[str]] = {}
         """Question id -> the question versions read, for inspection."""
         self.traces: dict[str, dict] = {}
-        """Question id -> what the rounds did (module docstring, "Trace")."""
+        """Question id -> what the rounds did: the heads and, per round, the passages read, top targets, rewrite."""
 
     def addressing_heads(self, graph, passage: Callable[[int], Passage]) -> list[tuple[int, int]]:
         """The fixed heads, random ones, or those selected on probes (first use; passes under :data:`HEADS_TAG`).
 
         Call it outside any question's usage tag: a tag's question id is inherited by nested tags.
         """
-        if self.heads is None and self.head_set == "random":
-            self.heads = random_heads(self.reader, self.num_heads, self.seed)
+        if self.heads is None and self.settings.head_set == "random":
+            self.heads = random_heads(self.reader, self.settings.num_heads, self.seed)
         elif self.heads is None:
             with self.reader.track(HEADS_TAG):
                 self.selection = select_heads(
                     self.reader,
                     graph,
                     passage,
-                    self.num_heads,
-                    self.probes,
-                    self.probe_passages,
+                    self.settings.num_heads,
+                    self.settings.probes,
+                    self.settings.probe_passages,
                     self.seed,
                     self.cache_dir,
                 )
@@ -202,9 +132,9 @@ class Steering:
         """
         order = np.argsort(-scores, kind="stable")
         unnamed = [c for c in order if not mention_spans(question, graph.entities[context.candidates[c]])]
-        chosen = [context.candidates[c] for c in unnamed[: self.rewrite_candidates] if scores[c] > 0]
+        chosen = [context.candidates[c] for c in unnamed[: self.settings.rewrite_candidates] if scores[c] > 0]
         titles = [passage(p).title for p in context.passages]
-        spans = candidate_spans(question, self.max_span, anchor_spans(question, titles, protected))
+        spans = candidate_spans(question, self.settings.max_span, anchor_spans(question, titles, protected))
         read = set(context.passages)
         labels = []
         for i in np.flatnonzero(np.isin(graph.incidence_entity, chosen)):
@@ -217,7 +147,7 @@ class Steering:
             rows = retriever.labels.rows(texts)  # first: it may append new texts' embeddings to the matrix
             return retriever.labels.matrix[rows]  # (N, d), each text embedded once
 
-        return best_rewrite(question, spans, labels, context.surface, encode, self.rewrite_threshold)
+        return best_rewrite(question, spans, labels, context.surface, encode, self.settings.rewrite_threshold)
 
     def generated_target(
         self, retriever, graph, context: ReadContext, passage, question: str
@@ -255,7 +185,7 @@ class Steering:
         question's description restart and ``walk`` its walk-only PageRank, each as passages (P,) and entities (E,);
         ``protected``: names no rewrite may touch (the question's linked entities and NER mentions).
         """
-        graph = hyper.graph
+        graph, s = hyper.graph, self.settings
         heads = self.addressing_heads(graph, passage)
         base = graph.incidence_weights()
         factor = np.ones_like(base)
@@ -263,30 +193,30 @@ class Steering:
         versions = [question]
         trace: dict = {"heads": [list(h) for h in heads], "rounds": []}
         x_p, x_e = walk
-        for k in range(self.rounds):
-            top, _ = top_k_stable(x_p[None], self.read_top)
+        for k in range(s.rounds):
+            top, _ = top_k_stable(x_p[None], s.read_top)
             context = self.read(graph, passage, top[0], versions[-1])
             step: dict = {"read": [graph.passage_ids[p] for p in context.passages], "targets": [], "rewrite": None}
             scores = np.zeros(0)
             if context.candidates:
-                if self.target == "generated_name":
+                if s.target == "generated_name":
                     scores, step["generated_name"] = self.generated_target(
                         retriever, graph, context, passage, versions[-1]
                     )
                 else:
-                    scores = entity_pointer(pointer_scores(self.reader, context, heads), self.pointer)  # (C,)
+                    scores = entity_pointer(pointer_scores(self.reader, context, heads), s.pointer)  # (C,)
                 candidates = np.asarray(context.candidates)
                 best = np.argsort(-scores, kind="stable")[:TOP_TARGETS]
                 step["targets"] = [[graph.entities[candidates[c]], round(float(scores[c]), 6)] for c in best]
                 if scores.sum() > 0:
                     r_e = np.zeros(graph.num_entities)
                     r_e[candidates] = scores / scores.sum()
-                    terms.append((self.pointer_weight, np.zeros(graph.num_passages), r_e))
+                    terms.append((s.pointer_weight, np.zeros(graph.num_passages), r_e))
                     pointed = np.zeros(graph.num_entities)
                     pointed[candidates] = scores / scores.max()
                     read = np.concatenate([np.asarray(graph.incidences_of(p), int) for p in context.passages])
-                    factor[read] = 1.0 + self.transition_gain * pointed[graph.incidence_entity[read]]
-            if self.rewrite and k < self.rounds - 1:
+                    factor[read] = 1.0 + s.transition_gain * pointed[graph.incidence_entity[read]]
+            if s.rewrite and k < s.rounds - 1:
                 new = (
                     self.rewritten(retriever, graph, passage, context, scores, versions[-1], protected)
                     if scores.size
@@ -296,7 +226,7 @@ class Steering:
                 if new is not None:
                     versions.append(new.after)
                     r_p, r_e = retriever.restart_for(hyper, [new.after])
-                    terms.append((self.rewrite_weight, r_p[:, 0], r_e[:, 0]))
+                    terms.append((s.rewrite_weight, r_p[:, 0], r_e[:, 0]))
             total = sum(w for w, _, _ in terms)
             r_p = sum(w * p for w, p, _ in terms) / total
             r_e = sum(w * e for w, _, e in terms) / total
