@@ -90,10 +90,10 @@ T5_VOCAB = 32128
 """T5's vocabulary size: the synthetic runs keep T5's embedding table (and its AdamW state) at full size."""
 OFFLINE_TOKENIZER = "offline:all-MiniLM-L6-v2"
 TINY = {
-    "gfm_rag_plus": {"model.hidden_channels": 8, "model.num_layers": 1},
+    "gfm_rag_plus": {"model.gnn.hidden_channels": 8, "model.gnn.num_layers": 1},
     "glm_rag": {
-        "model.t5_config": {"d_model": 16, "d_ff": 32, "num_layers": 1, "num_heads": 2, "d_kv": 8},
-        "model.max_triplets": 30,
+        "model.glm.t5_config": {"d_model": 16, "d_ff": 32, "num_layers": 1, "num_heads": 2, "d_kv": 8},
+        "model.subgraph.max_triplets": 30,
     },
 }
 """``--tiny``: model sizes for the CPU smoke test (the code path, not a measurement)."""
@@ -279,7 +279,7 @@ def synthetic_datamodule(cfg, args: argparse.Namespace, workdir: Path) -> tuple[
     tokenizer = load_tokenizer(synthetic_tokenizer(vocabulary, workdir / "tokenizer"))
     settings = SubgraphSettings(**cfg.datamodule.subgraph)
     batch = int(cfg.datamodule.batch_size)
-    dim = int(cfg.model.question_dim)
+    dim = int(cfg.model.glm.question_dim)
     rng = np.random.default_rng(args.seed)
     records: dict[str, list[dict[str, Any]]] = {}
     for offset, (split, count) in enumerate((("train", args.steps * batch), ("val", args.val_questions)), start=1):
@@ -341,12 +341,12 @@ def system_config(system: str, args: argparse.Namespace, workdir: Path, backend:
         enable_model_summary=False,
     )
     if system == "glm_rag":
-        cfg.model.backend = backend
+        cfg.model.glm.backend = backend
         if args.t5:
-            cfg.model.update(t5=args.t5, t5_config=None, tokenizer=args.t5)
+            cfg.model.glm.update(t5=args.t5, t5_config=None, tokenizer=args.t5)
         else:
             t5_config = dict(T5_SIZES[args.t5_size]) | ({"vocab_size": T5_VOCAB} if args.data == SYNTHETIC else {})
-            cfg.model.update(t5_config=t5_config, tokenizer=OFFLINE_TOKENIZER)
+            cfg.model.glm.update(t5_config=t5_config, tokenizer=OFFLINE_TOKENIZER)
     for key, value in (TINY[system] if args.tiny else {}).items():
         OmegaConf.update(cfg, key, value, merge=False)
     return cfg
@@ -367,7 +367,7 @@ def train(
     if "datamodule" not in cache:
         cache["datamodule"] = synthetic_datamodule(cfg, args, workdir)
     datamodule, summary = cache["datamodule"]
-    cfg.model.tokenizer = str(workdir / "tokenizer")
+    cfg.model.glm.tokenizer = str(workdir / "tokenizer")
     # As glmrag.jobs.train.fit, with the synthetic DataModule in place of cfg.datamodule:
     model = instantiate(cfg.model)
     callbacks = [instantiate(node) for node in cfg.callbacks.values()]
@@ -397,8 +397,13 @@ def measure(
         enable_model_summary=False,
     )
     (scores,) = validator.validate(model, datamodule=datamodule, verbose=False)
-    keys = ("hidden_channels", "num_layers", "t5", "t5_config", "tokenizer", "max_triplets", "backend")
-    settings = {key: cfg.model[key] for key in keys if cfg.model.get(key) is not None}
+    keys = ("gnn.hidden_channels", "gnn.num_layers", "glm.t5", "glm.t5_config", "glm.tokenizer")
+    keys += ("subgraph.max_triplets", "glm.backend")
+    settings = {
+        key.rpartition(".")[2]: OmegaConf.select(cfg.model, key)
+        for key in keys
+        if OmegaConf.select(cfg.model, key) is not None
+    }
     if settings.get("t5_config"):  # a random T5 of these sizes replaces model.t5
         settings["t5"] = "random"
     if inputs is not None:

@@ -25,7 +25,7 @@ SETTINGS = {"glm_rag", "glm_ablation", "gfm_rag", "gfm_rag_star", "gfm_rag_plus"
 # Reference behaviour of the GLM code, not in the paper, added to configs/model/glm.yaml on a parallel branch
 # (issue 11, item 5). Where this branch's config does not define them the rows are skipped; once defined,
 # they are checked like every other row.
-PARALLEL_BRANCH_KEYS = {"model.bucket_lr", "model.position_conflict", "model.question_eos"}
+PARALLEL_BRANCH_KEYS = {"model.lr.buckets", "model.subgraph.position_conflict", "model.subgraph.question_eos"}
 MISSING = object()
 
 
@@ -86,7 +86,7 @@ def test_the_table_parses_and_covers_every_paper_setting():
         assert sum(setting in r["applies_to"] for r in rows) >= 10, setting
     named = {r["key"]: r for r in rows}
     assert named["index.embed_model"]["value"] == "sentence-transformers/all-mpnet-base-v2"
-    assert {r["value"] for r in rows if r["key"] == "model.t5"} == {"t5-large", "t5-base"}
+    assert {r["value"] for r in rows if r["key"] == "model.glm.t5"} == {"t5-large", "t5-base"}
 
 
 def test_every_experiment_but_the_demos_claims_a_paper_setting(configs):
@@ -120,10 +120,7 @@ def test_the_linearised_ablation_runs_at_table_15s_budget(train_config):
     # GLM-RAG App. C: "we trained the linearized GLM retriever with max_triplets=300"; Table 15 compares it
     # with the GLM at 300 triplets ("Graph Aware Attention max_triplets = 300": With 60.8, Without 38.7)
     linear = train_config(["experiment=glm_linear", "output_dir=x"])
-    assert (linear.model.layout, linear.model.max_triplets, linear.datamodule.subgraph.max_triplets) == (
-        "linear",
-        300,
-        300,
-    )
+    subgraph = linear.model.subgraph
+    assert (subgraph.layout, subgraph.max_triplets, linear.datamodule.subgraph.max_triplets) == ("linear", 300, 300)
     graph = train_config(["experiment=study_subgraph_restriction", "+system=glm_t300", "output_dir=x"])
-    assert (graph.model.layout, graph.model.max_triplets) == ("graph", 300)
+    assert (graph.model.subgraph.layout, graph.model.subgraph.max_triplets) == ("graph", 300)

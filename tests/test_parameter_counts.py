@@ -43,14 +43,14 @@ def _count(model_cfg) -> int:
 def test_shipped_gnn_has_table_14_parameters(experiment):
     """Table 14 lists 8,144,897 parameters for GFM-RAG (*, +) with 768-d all-mpnet-base-v2 inputs."""
     cfg = _compose([f"experiment={experiment}"])
-    assert (cfg.model.question_dim, cfg.model.relation_dim, cfg.model.node_dim) == (MPNET_DIM,) * 3
+    assert (cfg.model.gnn.question_dim, cfg.model.gnn.relation_dim, cfg.model.gnn.node_dim) == (MPNET_DIM,) * 3
     assert _count(cfg.model) == 8_144_897
 
 
 def test_capacity_study_gnn_sizes_follow_table_18():
     for capacity in ("small", "base", "large"):
         cfg = _compose(["experiment=study_capacity_scaling", "+system/capacity=gfm_rag_star", f"capacity={capacity}"])
-        hidden = cfg.model.hidden_channels
+        hidden = cfg.model.gnn.hidden_channels
         millions = _count(cfg.model) / 1e6
         if hidden == 2048:
             assert round(millions, 1) == 120.7  # Table 18 prints 122M; 1024 and 4096 match it
@@ -70,10 +70,9 @@ def t5_encoder_formula(d_model, d_ff, num_layers, num_heads, d_kv, question_dim)
 @pytest.mark.parametrize("capacity,t5", [("small", "t5-small"), ("base", "t5-base"), ("large", "t5-large")])
 def test_shipped_glm_sizes_follow_table_18(capacity, t5):
     cfg = _compose(["experiment=study_capacity_scaling", "+system/capacity=glm_rag", f"capacity={capacity}"])
-    assert cfg.model.t5 == t5 and cfg.model.question_dim == MPNET_DIM
-    model = OmegaConf.merge(
-        cfg.model, {"t5_config": {**T5_DIMS[t5], "vocab_size": VOCAB}, "tokenizer": "offline:all-MiniLM-L6-v2"}
-    )
+    assert cfg.model.glm.t5 == t5 and cfg.model.glm.question_dim == MPNET_DIM
+    random_t5 = {"t5_config": {**T5_DIMS[t5], "vocab_size": VOCAB}, "tokenizer": "offline:all-MiniLM-L6-v2"}
+    model = OmegaConf.merge(cfg.model, {"glm": random_t5})
     count = _count(model)
     assert count == t5_encoder_formula(**T5_DIMS[t5], question_dim=MPNET_DIM)
     assert abs(count / 1e6 - TABLE_18_GLM[t5]) < 1.0, count  # Table 18 rounds: 36.0M, 110.8M, 336.8M

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from glmrag.io import CheckpointPathError, local_checkpoint
@@ -77,23 +78,46 @@ def non_negative(cfg: DictConfig, key: str) -> None:
         raise ConfigError(f"{key}={value!r}: must be a number >= 0")
 
 
-LOSS_WEIGHTS = ("model.bce_weight", "model.listce_weight")
+LOSS_WEIGHTS = ("model.loss.bce_weight", "model.loss.listce_weight")
 """The loss terms' weights (GLM-RAG Table 14 / App. B): each >= 0, and not all 0."""
-MODEL_SIZES = ("model.hidden_channels", "model.num_layers", "model.max_hops", "model.top_entities")
+MODEL_SIZES = ("model.gnn.hidden_channels", "model.gnn.num_layers", "model.subgraph.max_hops")
+MODEL_SIZES += ("model.evaluation.top_entities",)
 """Model settings that must be integers >= 1 when the model has them."""
 
 
 def check_model(cfg: DictConfig) -> None:
-    """The model's sizes, subgraph budget and loss weights: no value that trains something meaningless."""
+    """The model's sizes, subgraph budget and loss weights: no value that trains something meaningless; then
+    every settings node as its module builds it (:func:`check_model_settings`)."""
     for key in MODEL_SIZES:
         if OmegaConf.select(cfg, key) is not None:
             positive_int(cfg, key)
-    positive_int(cfg, "model.max_triplets", allow_none=True)  # null: the whole KG (GFM-RAG)
+    positive_int(cfg, "model.subgraph.max_triplets", allow_none=True)  # null: the whole KG (GFM-RAG)
     for key in LOSS_WEIGHTS:
         non_negative(cfg, key)
     weights = [OmegaConf.select(cfg, key) for key in LOSS_WEIGHTS]
     if all(w is not None for w in weights) and sum(weights) == 0:
         raise ConfigError(f"{' and '.join(LOSS_WEIGHTS)} are all 0: nothing would be trained; set one above 0")
+    check_model_settings(cfg)
+
+
+def check_model_settings(cfg: DictConfig) -> None:
+    """Each settings node of ``model`` (``model.gnn``, ``model.subgraph``, ...) converted as the module's
+    ``SETTINGS`` converts it, before any work starts: an unknown key or a value out of range is a
+    :class:`ConfigError`; so is a flat key of the old layout (``model.hidden_channels``), naming its new place."""
+    model = cfg.get("model")
+    if not isinstance(model, Mapping) or not isinstance(model.get("_target_"), str):
+        return
+    module = get_class(model["_target_"])
+    for key in model:
+        node, field = getattr(module, "FLAT_HPARAMS", {}).get(key, (None, None))
+        if node is not None and key not in getattr(module, "SETTINGS", {}):
+            raise ConfigError(f"model.{key} is now model.{node}.{field}: set that key instead")
+    for name, convert in getattr(module, "SETTINGS", {}).items():
+        node = model.get(name)
+        try:
+            convert(OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"{err} (model._target_ {model['_target_']})") from err
 
 
 def check_epochs(cfg: DictConfig) -> None:

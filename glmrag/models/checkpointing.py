@@ -6,6 +6,8 @@
 * :class:`AtomicCheckpointIO` writes every checkpoint to a temp file in its own folder, fsyncs and renames
   it; Lightning's fsspec write copies a temp file across filesystems, so a kill can empty ``last.ckpt``.
 * :func:`readable_checkpoint` names a truncated file instead of torch's bare ``EOFError``.
+* :func:`nest_flat_hparams` reads the flat hyper-parameters of checkpoints saved before the modules took
+  settings nodes (``hidden_channels`` -> ``gnn.hidden_channels``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +159,30 @@ def check_architecture(module: torch.nn.Module, path: str | os.PathLike[str], ke
         + f". Settings that differ: {'; '.join(settings) or 'none recorded'}. Resume with the checkpoint's "
         "settings, or start a new run (no ckpt_path; model.init_from loads weights into a new run)"
     )
+
+
+def saved_hparams(path: Any, weights_only: bool = True) -> dict[str, Any]:
+    """The hyper-parameters stored in a checkpoint (a path, read memory-mapped, or a seekable file object)."""
+    if hasattr(path, "read"):
+        start = path.tell()
+        ckpt = torch.load(path, map_location="cpu", weights_only=weights_only)
+        path.seek(start)
+    else:
+        ckpt = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
+    return dict(ckpt.get("hyper_parameters") or {})
+
+
+def nest_flat_hparams(
+    flat: Mapping[str, Any], paths: Mapping[str, tuple[str, str]], defaults: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The constructor arguments of a checkpoint saved with flat hyper-parameters (``{"hidden_channels": 8}``):
+    each key of ``paths`` moved to its settings node (``{"gnn": {"hidden_channels": 8}}``), the other keys
+    kept as they are; ``defaults`` first fills the flat keys an older checkpoint lacks."""
+    nested: dict[str, Any] = {}
+    for key, value in {**(defaults or {}), **flat}.items():
+        if key in paths:
+            node, field = paths[key]
+            nested.setdefault(node, {})[field] = value
+        else:
+            nested[key] = value
+    return nested

@@ -1,49 +1,35 @@
 """The GLM retriever as a LightningModule (GLM-RAG, the project's main method).
 
 A :class:`~glmrag.nn.glm_retriever.GLMRetriever` scores the entity nodes of each question's budgeted
-subgraph (:mod:`glmrag.models.subgraph_data` streams them). Loss (GLM-RAG App. B, B.2): 0.56 x masked
-ListCE, normalised over the subgraph's entity nodes only ("unscored entities must not enter the
-partition function"), plus 0.44 x GFM-RAG's weighted BCE over the same nodes
-(:func:`~glmrag.models.losses.gfm_rag_loss` with the node mask). Optimiser (GLM-RAG Table 14): AdamW,
-lr 5e-4 for the head (entity scorer, question projection) and 1e-4 for the T5 backbone; the three extra
-bias buckets train at the backbone's rate by default (``bucket_lr``; see below); batch 2 and 2 epochs
-belong to the DataModule and the Trainer.
+subgraph (:mod:`glmrag.models.subgraph_data` streams them). Loss (GLM-RAG App. B, B.2): 0.56 x masked ListCE
+over the subgraph's entity nodes plus 0.44 x GFM-RAG's weighted BCE over the same nodes. Optimiser (Table 14):
+AdamW, lr 5e-4 for the head and 1e-4 for the T5 backbone. Evaluation scatters the node logits over the KG's
+entities (``-inf`` outside the subgraph) and ranks passages as the GNN does.
 
-Evaluation ranks passages as the GNN does: the node logits are scattered into a vector over every
-entity of the question's KG (entities outside the subgraph get ``-inf``: never selected) and GFM-RAG's
-document ranker (``idf_topk``, 20 entities) maps them to passages.
-
-Three choices are not in GLM-RAG; their defaults follow the GLM authors' public code (Plenz & Frank,
-"Graph Language Models", ACL 2024), and glmrag's earlier behaviour stays a named option:
-``position_conflict`` (``last``: the last triple positions a token pair; ``nearest``),
-``question_eos`` (``</s>`` after the question; False), and ``bucket_lr`` (``backbone``: the extra
-buckets are rows of T5's relative-position table there, trained with T5; ``head``: at ``head_lr``).
-
-The module also records how its subgraphs are built (hops, triplet budget, layout, FullyConnected
-question text, position mode and conflict rule, question EOS): the DataModule must build the same
-(checked in ``setup``), and a
-:class:`~glmrag.retrievers.glm_checkpoint.GLMCheckpointRetriever` rebuilds them at inference.
+Settings nodes: ``glm`` (:class:`GLMConfig`), ``subgraph`` (:class:`~glmrag.models.glm_inputs.SubgraphSettings`:
+the DataModule must build the same, checked in ``setup``), ``loss``, ``lr`` (:class:`LearningRates`) and
+``evaluation``. Three rules not in GLM-RAG follow the GLM authors' code (Plenz & Frank 2024), the old ones kept
+as options: ``subgraph.position_conflict``, ``subgraph.question_eos``, ``lr.buckets`` (docs/fidelity.md).
 """
 
 from __future__ import annotations
 
 import functools
-import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
 import torch
 from transformers import T5Config
 
-from glmrag.graph.subgraph import MAX_HOPS, MAX_TRIPLETS
 from glmrag.index.embed import DEFAULT_MODEL
-from glmrag.index.ranking import DOC_RANKER_ENTITIES, rank_passages
+from glmrag.index.ranking import rank_passages
 from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer
 from glmrag.models.losses import gfm_rag_loss
-from glmrag.models.retriever_module import RetrieverModule
-from glmrag.nn.glm import GLMEncoder
-from glmrag.nn.glm_retriever import GLMInputs, GLMRetriever
+from glmrag.models.retriever_module import Evaluation, LossWeights, RetrieverModule, typed_settings
+from glmrag.nn.glm import ATTENTIONS, BACKENDS, GLMEncoder
+from glmrag.nn.glm_retriever import AGGREGATIONS, GLMInputs, GLMRetriever
 
 HEAD_LR = 5e-4
 """GLM-RAG Table 14: learning rate of the entity scorer and question projection."""
@@ -51,24 +37,94 @@ BACKBONE_LR = 1e-4
 """GLM-RAG Table 14: learning rate of the T5 backbone."""
 BUCKET_LRS = ("backbone", "head")
 """Which learning rate the GLM's extra buckets take (not in GLM-RAG; ``backbone`` as the GLM reference code)."""
-SUBGRAPH_FIELDS = (
-    "max_hops",
-    "max_triplets",
-    "layout",
-    "use_text",
-    "position_mode",
-    "seed",
-    "question_eos",
-    "position_conflict",
-)
+GLM_LOSS = LossWeights(bce_weight=0.44, listce_weight=0.56)
+"""GLM-RAG App. B: 0.56 masked ListCE + 0.44 BCE; GFM-RAG's temperature 0.2."""
+SUBGRAPH_FIELDS = tuple(f.name for f in fields(SubgraphSettings) if f.name != "precompute")
 """The :class:`SubgraphSettings` fields the module holds (all but ``precompute``, which is the DataModule's)."""
-MODEL_NAMES = {"seed": "subgraph_seed"}
-"""Hyper-parameter names of the module that differ from the :class:`SubgraphSettings` field."""
 
-log = logging.getLogger(__name__)
 
+@dataclass(frozen=True)
+class GLMConfig:
+    """The GLM encoder and its scoring head."""
+
+    t5: str = "t5-base"
+    """The pretrained T5: ``t5-small``, ``t5-base``, ``t5-large`` (GLM-RAG Fig. 6, Table 18) or a folder."""
+    t5_config: dict[str, Any] | None = None
+    """Instead of ``t5``, a randomly initialised T5 with these ``T5Config`` fields (no hub needed: the offline
+    demo, the tests); ``vocab_size`` defaults to the tokenizer's."""
+    tokenizer: str | None = None
+    """Tokenizer of the subgraphs; None: ``t5``'s."""
+    attention: str = "global"
+    """``global`` (GLM-RAG App. B default) or ``local`` GLM (:data:`~glmrag.nn.glm.ATTENTIONS`)."""
+    aggregation: str = "mean"
+    """Node pooling of a node's tokens: ``mean`` | ``first`` | ``last`` (GLM-RAG Table 15)."""
+    query_interaction: bool = True
+    """Multiply node embeddings by the projected question embedding (GLM-RAG App. D, Table 15: on)."""
+    question_dim: int = 384
+    """Size of the question sentence embedding (384: all-MiniLM-L6-v2; 768: all-mpnet-base-v2, Table 14)."""
+    backend: str = "eager"
+    """Attention backend, ``eager`` or ``flex`` (FlexAttention; :mod:`glmrag.nn.glm`)."""
+    gradient_checkpointing: bool = False
+    """Recompute T5 blocks in the backward pass (less activation memory, more compute)."""
+
+    def __post_init__(self) -> None:
+        if self.tokenizer is None:
+            object.__setattr__(self, "tokenizer", self.t5)
+        if self.t5_config is not None:
+            object.__setattr__(self, "t5_config", dict(self.t5_config))  # plain dict in the checkpoint
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"glm.attention must be one of {ATTENTIONS}, got {self.attention!r}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"glm.aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"glm.backend must be one of {BACKENDS}, got {self.backend!r}")
+        if isinstance(self.question_dim, bool) or not isinstance(self.question_dim, int) or self.question_dim < 1:
+            raise ValueError(f"glm.question_dim must be an integer >= 1, got {self.question_dim!r}")
+        for name in ("query_interaction", "gradient_checkpointing"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"glm.{name} must be true or false, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class LearningRates:
+    """AdamW's two parameter groups (GLM-RAG Table 14) and where the extra buckets go."""
+
+    head: float = HEAD_LR
+    """Entity scorer and question projection (GLM-RAG Table 14: 5e-4)."""
+    backbone: float = BACKBONE_LR
+    """The T5 backbone (GLM-RAG Table 14: 1e-4)."""
+    buckets: str = "backbone"
+    """The three extra attention buckets train at the ``backbone`` rate (GLM reference code: they are rows of T5's
+    bias table) or at the ``head`` rate (glmrag before); not in GLM-RAG."""
+
+    def __post_init__(self) -> None:
+        if self.buckets not in BUCKET_LRS:
+            raise ValueError(f"lr.buckets must be one of {BUCKET_LRS}, got {self.buckets!r}")
+        for name in ("head", "backbone"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"lr.{name} must be > 0, got {getattr(self, name)!r}")
+
+
+def glm_subgraph(value: SubgraphSettings | Mapping[str, Any] | None) -> SubgraphSettings:
+    """The module's :class:`SubgraphSettings`; ``precompute`` is the DataModule's and refused here."""
+    if isinstance(value, Mapping) and "precompute" in value:
+        raise TypeError("model.subgraph.precompute is the DataModule's setting: set datamodule.subgraph.precompute")
+    return typed_settings(SubgraphSettings, value, "model.subgraph")
+
+
+FLAT_HPARAMS = {
+    **{f.name: ("glm", f.name) for f in fields(GLMConfig)},
+    **{name: ("subgraph", name) for name in SUBGRAPH_FIELDS if name != "seed"},
+    "subgraph_seed": ("subgraph", "seed"),
+    **{f.name: ("loss", f.name) for f in fields(LossWeights)},
+    "head_lr": ("lr", "head"),
+    "backbone_lr": ("lr", "backbone"),
+    "bucket_lr": ("lr", "buckets"),
+    **{f.name: ("evaluation", f.name) for f in fields(Evaluation)},
+}
+"""Where each flat hyper-parameter of a checkpoint saved before the settings nodes lives now."""
 RULES_BEFORE_REFERENCE = {"position_conflict": "nearest", "question_eos": False, "bucket_lr": "head"}
-"""What checkpoints saved before these three hyper-parameters existed were trained with: read such a
+"""What flat checkpoints saved before these three hyper-parameters existed were trained with: read such a
 checkpoint with today's defaults and its positions, question tokens and bucket groups silently change."""
 
 
@@ -76,96 +132,70 @@ class GLMRetrieverModule(RetrieverModule):
     """Trains the GLM retriever.
 
     Args:
-        t5: the pretrained T5 to start from (``t5-small``, ``t5-base``, ``t5-large``, or a folder).
-        t5_config: instead of ``t5``, a randomly initialised T5 with these ``T5Config`` fields (no hub needed;
-            the offline demo and the tests). ``vocab_size`` defaults to the tokenizer's.
-        tokenizer: tokenizer of the subgraphs (None: ``t5``'s).
-        attention: ``global`` (GLM-RAG default) or ``local`` GLM.
-        aggregation: node pooling ``mean`` | ``first`` | ``last``.
-        query_interaction: multiply node embeddings by the projected question embedding (GLM-RAG default on).
-        question_dim: size of the question sentence embedding (384: all-MiniLM-L6-v2).
-        backend: attention backend, ``eager`` or ``flex`` (:mod:`glmrag.nn.glm`).
-        gradient_checkpointing: recompute T5 blocks in the backward pass (saves activation memory).
-        max_hops, max_triplets, layout, use_text, position_mode, subgraph_seed: how subgraphs are built
-            (GLM-RAG App. B.2: 2 hops, 600 triplets; ``layout=linear`` is the Table 15 baseline "without
-            graph-aware attention"; ``use_text``: FullyConnected, the question tokens appended;
-            ``subgraph_seed``: the randomized BFS that fills the budget).
-        listce_weight, bce_weight, temperature: the loss (GLM-RAG App. B: 0.56 / 0.44; GFM-RAG's 0.2).
-        position_conflict: ``last`` (GLM reference code) or ``nearest``: see :mod:`glmrag.graph.positions`.
-        question_eos: end the appended question with ``</s>`` (GLM reference code) or not.
-        head_lr, backbone_lr: AdamW learning rates (GLM-RAG Table 14).
-        bucket_lr: ``backbone`` (GLM reference code: the extra buckets are bias-table rows trained with T5) or
-            ``head`` (glmrag before): the learning rate of the three extra buckets.
+        glm: the encoder and head, :class:`GLMConfig` (or a mapping of its fields).
+        subgraph: how each question's subgraph is built, :class:`SubgraphSettings` without ``precompute``
+            (GLM-RAG App. B.2: 2 hops, 600 triplets; ``layout=linear`` is Table 15's baseline).
+        loss: :class:`~glmrag.models.retriever_module.LossWeights` (default :data:`GLM_LOSS`, App. B).
+        lr: :class:`LearningRates` of the head, the backbone and the extra buckets (GLM-RAG Table 14).
+        evaluation: :class:`~glmrag.models.retriever_module.Evaluation` (ks, ranker, top_entities).
+        embed_model: sentence encoder of the question embeddings; checked against the DataModule.
         optimizer: ``params -> Optimizer`` (Hydra ``_partial_: true``) given two parameter groups with their
             lr; None: AdamW. scheduler: ``optimizer -> LRScheduler`` or None.
-        ks, ranker, top_entities: evaluation cut-offs and the document ranker (GFM-RAG ``idf_topk``, 20).
-        embed_model: sentence encoder of the question embeddings; checked against the DataModule.
     """
+
+    FLAT_HPARAMS = FLAT_HPARAMS
+    FLAT_DEFAULTS = RULES_BEFORE_REFERENCE
+    SETTINGS = {
+        "glm": functools.partial(typed_settings, GLMConfig, key="model.glm"),
+        "subgraph": glm_subgraph,
+        "loss": functools.partial(typed_settings, LossWeights, key="model.loss", default=GLM_LOSS),
+        "lr": functools.partial(typed_settings, LearningRates, key="model.lr"),
+        "evaluation": functools.partial(typed_settings, Evaluation, key="model.evaluation"),
+    }
+    """Each settings node's conversion (what ``__init__`` does; ``glmrag.jobs.config_check`` runs it early)."""
 
     def __init__(
         self,
-        t5: str = "t5-base",
-        t5_config: dict[str, Any] | None = None,
-        tokenizer: str | None = None,
-        attention: str = "global",
-        aggregation: str = "mean",
-        query_interaction: bool = True,
-        question_dim: int = 384,
-        backend: str = "eager",
-        gradient_checkpointing: bool = False,
-        max_hops: int = MAX_HOPS,
-        max_triplets: int = MAX_TRIPLETS,
-        layout: str = "graph",
-        use_text: bool = True,
-        position_mode: str = "triple",
-        subgraph_seed: int = 0,
-        position_conflict: str = "last",
-        question_eos: bool = True,
-        listce_weight: float = 0.56,
-        bce_weight: float = 0.44,
-        temperature: float = 0.2,
-        head_lr: float = HEAD_LR,
-        backbone_lr: float = BACKBONE_LR,
-        bucket_lr: str = "backbone",
+        glm: GLMConfig | Mapping[str, Any] | None = None,
+        subgraph: SubgraphSettings | Mapping[str, Any] | None = None,
+        loss: LossWeights | Mapping[str, Any] | None = None,
+        lr: LearningRates | Mapping[str, Any] | None = None,
+        evaluation: Evaluation | Mapping[str, Any] | None = None,
+        embed_model: str = DEFAULT_MODEL,
         optimizer: Callable[..., torch.optim.Optimizer] | None = None,
         scheduler: Callable[[torch.optim.Optimizer], Any] | None = None,
-        ks: Sequence[int] = (1, 2, 5, 10),
-        ranker: str = "idf_topk",
-        top_entities: int = DOC_RANKER_ENTITIES,
-        embed_model: str = DEFAULT_MODEL,
     ) -> None:
         super().__init__()
-        if bucket_lr not in BUCKET_LRS:
-            raise ValueError(f"bucket_lr must be one of {BUCKET_LRS}, got {bucket_lr!r}")
-        ks = self.init_evaluation(ks, ranker)  # checked, and a plain tuple in the checkpoint
-        tokenizer = tokenizer or t5
-        t5_config = dict(t5_config) if t5_config is not None else None  # plain dict in the checkpoint
-        self.save_hyperparameters(ignore=["optimizer", "scheduler"], logger=False)
-        self.subgraph_settings()  # checks the subgraph fields (layout, position mode, conflict rule)
+        self.config = config = self.SETTINGS["glm"](glm)
+        self.settings = self.SETTINGS["subgraph"](subgraph)
+        self.loss_weights = self.SETTINGS["loss"](loss)
+        self.learning_rates = self.SETTINGS["lr"](lr)
+        self.init_evaluation(self.SETTINGS["evaluation"](evaluation))
+        # Plain values only (no optimizer or scheduler factory), so a checkpoint loads with weights_only=True.
+        self.save_hyperparameters(
+            {
+                "glm": asdict(config),
+                "subgraph": {name: getattr(self.settings, name) for name in SUBGRAPH_FIELDS},
+                "loss": asdict(self.loss_weights),
+                "lr": asdict(self.learning_rates),
+                "evaluation": asdict(self.evaluation),
+                "embed_model": embed_model,
+            },
+            logger=False,
+        )
         self.optimizer_factory = optimizer or torch.optim.AdamW
         self.scheduler_factory = scheduler
 
-        encoder_args = {"attention": attention, "backend": backend}
-        if t5_config is not None:
-            config = T5Config(**{"vocab_size": len(load_tokenizer(tokenizer)), **t5_config})
-            encoder = GLMEncoder.from_config(config, **encoder_args)
+        encoder_args = {"attention": config.attention, "backend": config.backend}
+        if config.t5_config is not None:
+            t5 = T5Config(**{"vocab_size": len(load_tokenizer(config.tokenizer)), **config.t5_config})
+            encoder = GLMEncoder.from_config(t5, **encoder_args)
         else:
-            encoder = GLMEncoder.from_pretrained(t5, **encoder_args)
-        if gradient_checkpointing:
+            encoder = GLMEncoder.from_pretrained(config.t5, **encoder_args)
+        if config.gradient_checkpointing:
             encoder.enable_gradient_checkpointing()
-        self.net = GLMRetriever(encoder, question_dim, aggregation, query_interaction)
-        self.loss_fn = functools.partial(
-            gfm_rag_loss, bce_weight=bce_weight, listce_weight=listce_weight, temperature=temperature
-        )
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Give a checkpoint from before ``position_conflict`` / ``question_eos`` / ``bucket_lr`` the rules
-        it was trained with (:data:`RULES_BEFORE_REFERENCE`), not today's reference defaults."""
-        saved = checkpoint.get("hyper_parameters", {})
-        missing = {key: value for key, value in RULES_BEFORE_REFERENCE.items() if key not in saved}
-        if missing:
-            log.warning("checkpoint predates %s: read with the rules it was trained with, %s", sorted(missing), missing)
-            self.hparams.update(missing)
+        self.net = GLMRetriever(encoder, config.question_dim, config.aggregation, config.query_interaction)
+        self.loss_fn = functools.partial(gfm_rag_loss, **asdict(self.loss_weights))
 
     def setup(self, stage: str) -> None:
         """Check that the DataModule builds the subgraphs this module expects."""
@@ -183,35 +213,36 @@ class GLMRetrieverModule(RetrieverModule):
                 if getattr(theirs, name) != getattr(ours, name):
                     raise ValueError(
                         f"the DataModule has {name}={getattr(theirs, name)!r} but the model {getattr(ours, name)!r}; "
-                        f"set datamodule.subgraph.{name}: ${{model.{MODEL_NAMES.get(name, name)}}}"
+                        f"set datamodule.subgraph.{name}: ${{model.subgraph.{name}}}"
                     )
         dm_hp = getattr(dm, "hparams", {})
-        for name in ("tokenizer", "embed_model"):
-            if name in dm_hp and dm_hp[name] != self.hparams[name]:
+        ours = {"tokenizer": (self.config.tokenizer, "model.glm.tokenizer")}
+        ours["embed_model"] = (self.hparams.embed_model, "model.embed_model")
+        for name, (value, key) in ours.items():
+            if name in dm_hp and dm_hp[name] != value:
                 raise ValueError(
-                    f"the DataModule has {name}={dm_hp[name]!r} but the model {self.hparams[name]!r}; "
-                    f"set datamodule.{name}: ${{model.{name}}}"
+                    f"the DataModule has {name}={dm_hp[name]!r} but the model {value!r}; "
+                    f"set datamodule.{name}: ${{{key}}}"
                 )
 
     def subgraph_settings(self) -> SubgraphSettings:
         """How this module's subgraphs are built: the DataModule must build the same (checked in :meth:`setup`),
         and :class:`~glmrag.retrievers.glm_checkpoint.GLMCheckpointRetriever` rebuilds them at inference."""
-        hp = self.hparams
-        return SubgraphSettings(**{field: hp[MODEL_NAMES.get(field, field)] for field in SUBGRAPH_FIELDS})
+        return self.settings
 
     def parameter_groups(self) -> list[dict[str, Any]]:
-        """Two AdamW groups: the head at ``head_lr``, the T5 backbone at ``backbone_lr`` (GLM-RAG Table 14).
+        """Two AdamW groups: the head at ``lr.head``, the T5 backbone at ``lr.backbone`` (GLM-RAG Table 14).
 
-        The extra buckets join the backbone group when ``bucket_lr`` is ``backbone``, the head's otherwise.
+        The extra buckets join the backbone group when ``lr.buckets`` is ``backbone``, the head's otherwise.
         """
         head = self.net.head_parameters()
-        if self.hparams.bucket_lr == "backbone":
+        if self.learning_rates.buckets == "backbone":
             head = [p for p in head if p is not self.net.encoder.extra_bias]
         ids = {id(p) for p in head}
         backbone = [p for p in self.net.parameters() if id(p) not in ids]
         return [
-            {"params": backbone, "lr": self.hparams.backbone_lr, "name": "backbone"},
-            {"params": head, "lr": self.hparams.head_lr, "name": "head"},
+            {"params": backbone, "lr": self.learning_rates.backbone, "name": "backbone"},
+            {"params": head, "lr": self.learning_rates.head, "name": "head"},
         ]
 
     def forward(self, inputs: GLMInputs) -> torch.Tensor:
@@ -247,7 +278,7 @@ class GLMRetrieverModule(RetrieverModule):
                 [entity_scores(node_logits[r], entity_of_node[r], node_mask[r], index.num_entities) for r in rows]
             )  # (b, E)
             positions, _ = rank_passages(
-                scores, index, max(self.ks), self.hparams.ranker, self.hparams.top_entities
+                scores, index, max(self.ks), self.evaluation.ranker, self.evaluation.top_entities
             )  # (b, max ks)
             for row, top in zip(rows, positions, strict=True):
                 ranked[row] = [index.passage_ids[p] for p in top]

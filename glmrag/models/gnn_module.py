@@ -1,58 +1,33 @@
 """The GFM-RAG GNN retriever as a LightningModule: KG-completion pretraining and QA fine-tuning.
 
-GFM-RAG (Luo et al. 2025) pretrains its :class:`~glmrag.nn.gnn.QueryGNN` on KG
-completion (``stage="kgc"``, :mod:`glmrag.nn.kgc`) and then fine-tunes it to rank
-the entities of a question's supporting passages (``stage="qa"``, loss
-:func:`~glmrag.models.losses.gfm_rag_loss`). GLM-RAG Table 14 fine-tunes with
-AdamW at lr 5e-4, batch 4, 5 epochs, alpha = 0.3 (the BCE weight) and ranks
-documents from the top 20 entities; those are the defaults here (the batch
-size and epochs belong to the DataModule and the Trainer). A fine-tuning run
-starts from pretrained weights with ``init_from``.
-
-Validation and test rank passages from the entity logits with the evaluator's
-document ranker (:func:`~glmrag.index.ranking.rank_passages`) and
-score them with :func:`glmrag.index.ranking_metrics.retrieval_metrics`, so
-``val/recall@2`` is the number the evaluator reports for a
-:class:`~glmrag.retrievers.gnn_checkpoint.CheckpointRetriever` of this module on
-the same questions (passage lists of ``max(ks)``; questions without gold
-passages excluded, as the evaluator does).
-
-The KGs come from the DataModule (:class:`~glmrag.models.gnn_datamodule.KGQADataModule`):
-in ``setup`` the module checks it and later reads ``trainer.datamodule.graph(kg)``
-and ``.index(kg)``; nothing graph-sized is stored in the module or its checkpoints.
-
-Subgraph restriction (GLM-RAG §5.5, Table 3: GFM-RAG* reading at most 600 / 500 /
-400 / 300 triplets of each question's 2-hop subgraph). With ``max_triplets`` set,
-the module selects each question's subgraph with the GLM's own call
-(:func:`question_subgraphs`: :func:`~glmrag.graph.subgraph.select_subgraph` with
-the seed :meth:`~glmrag.models.glm_inputs.SubgraphSettings.bfs_seed`), so GLM and
-GNN read the same triplets for the same ``max_hops``, ``max_triplets`` and
-``subgraph_seed``. The GNN then passes messages of each question along its own
-subgraph only (:class:`~glmrag.nn.subgraph_batch.SubgraphBatch`), entities outside it get
-``-inf``, and the loss is normalised over the subgraph's entities, as the GLM's
-masked ListCE (GLM-RAG App. B.2). The settings are hyper-parameters, so a
-:class:`~glmrag.retrievers.gnn_checkpoint.CheckpointRetriever` rebuilds the same
-subgraphs; the module selects them itself from the DataModule's index (cached per
-question), so the DataModule needs no subgraph settings. KG-completion
-pretraining (``stage="kgc"``) always runs on the whole KG, as in GFM-RAG.
+GFM-RAG (Luo et al. 2025) pretrains its :class:`~glmrag.nn.gnn.QueryGNN` on KG completion
+(``stage="kgc"``, :mod:`glmrag.nn.kgc`) and fine-tunes it to rank the entities of a question's supporting
+passages (``stage="qa"``, :func:`~glmrag.models.losses.gfm_rag_loss`); GLM-RAG Table 14's settings are the
+defaults. The module takes typed settings nodes: ``gnn`` (:class:`~glmrag.nn.gnn.GNNConfig`), ``subgraph``,
+``loss``, ``kgc``, ``evaluation``. Validation ranks passages with the evaluator's ranker, so ``val/recall@2``
+is what a :class:`~glmrag.retrievers.gnn_checkpoint.CheckpointRetriever` of it scores. The KGs come from the
+DataModule (``trainer.datamodule.graph(kg)``, ``.index(kg)``); nothing graph-sized is stored. With
+``subgraph.max_triplets`` set, each question reads only the subgraph the GLM reads (GLM-RAG §5.5, Table 3;
+:func:`question_subgraphs`), entities outside it get ``-inf``, and the loss is normalised over it (App. B.2).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import torch
 from torch import nn
 
-from glmrag.graph.subgraph import MAX_HOPS, Subgraph, select_subgraph
+from glmrag.graph.subgraph import Subgraph, select_subgraph
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
-from glmrag.index.ranking import DOC_RANKER_ENTITIES, rank_passages
+from glmrag.index.ranking import rank_passages
 from glmrag.models.glm_inputs import SubgraphSettings
 from glmrag.models.losses import gfm_rag_loss
-from glmrag.models.retriever_module import RetrieverModule
+from glmrag.models.retriever_module import Evaluation, LossWeights, RetrieverModule, typed_settings
 from glmrag.nn.gnn import GNNConfig, QueryGNN
 from glmrag.nn.graph_inputs import GraphInputs
 from glmrag.nn.kgc import ADVERSARIAL_TEMPERATURE, NUM_NEGATIVES, kgc_loss, sample_kgc_batch
@@ -61,6 +36,47 @@ from glmrag.nn.subgraph_batch import SubgraphBatch
 STAGES = ("qa", "kgc")
 LEARNING_RATE = 5e-4
 """GLM-RAG Table 14, GFM-RAG fine-tuning: AdamW, lr 5e-4 (also GFM-RAG's pretraining lr)."""
+
+
+GNN_SUBGRAPH_FIELDS = ("max_hops", "max_triplets", "seed")
+"""The :class:`SubgraphSettings` fields a GNN reads (the rest shape the GLM's token sequence)."""
+
+
+@dataclass(frozen=True)
+class KGCSettings:
+    """KG-completion pretraining (``stage="kgc"``; GFM-RAG stage 2, :mod:`glmrag.nn.kgc`)."""
+
+    num_negatives: int = NUM_NEGATIVES
+    """Strict negatives per query (GFM-RAG: 256)."""
+    adversarial_temperature: float = ADVERSARIAL_TEMPERATURE
+    """Temperature of the self-adversarial negative weights (GFM-RAG: 1)."""
+    hide_target_edges: bool = False
+    """Hide the batch's target edges (NBFNet/ULTRA ``remove_easy_edges``); GFM-RAG keeps them visible."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_negatives, bool) or not isinstance(self.num_negatives, int) or self.num_negatives < 1:
+            raise ValueError(f"kgc.num_negatives must be an integer >= 1, got {self.num_negatives!r}")
+        if not self.adversarial_temperature > 0:
+            raise ValueError(f"kgc.adversarial_temperature must be > 0, got {self.adversarial_temperature!r}")
+        if not isinstance(self.hide_target_edges, bool):
+            raise ValueError(f"kgc.hide_target_edges must be true or false, got {self.hide_target_edges!r}")
+
+
+def gnn_subgraph(value: SubgraphSettings | Mapping[str, Any] | None) -> SubgraphSettings | None:
+    """The GNN's subgraph restriction: None (the whole KG, GFM-RAG) when ``max_triplets`` is null or absent,
+    else :class:`SubgraphSettings` of ``max_hops``, ``max_triplets`` and ``seed`` (GLM-RAG §5.5, App. B.2)."""
+    if value is None or isinstance(value, SubgraphSettings):
+        return value
+    if not isinstance(value, Mapping):
+        raise TypeError(f"model.subgraph must be a mapping of {GNN_SUBGRAPH_FIELDS}, got {value!r}")
+    unknown = sorted(set(value) - set(GNN_SUBGRAPH_FIELDS))
+    if unknown:
+        raise TypeError(
+            f"model.subgraph has unknown key(s) {unknown}: a GNN reads only {', '.join(GNN_SUBGRAPH_FIELDS)}"
+        )
+    if value.get("max_triplets") is None:
+        return None
+    return typed_settings(SubgraphSettings, value, "model.subgraph")  # validated: negative budgets raise
 
 
 def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
@@ -92,91 +108,92 @@ class GNNRetrieverModule(RetrieverModule):
     """Trains a :class:`QueryGNN` to score the entities of a question's supporting passages.
 
     Args:
-        hidden_channels, num_layers, question_dim, relation_dim, node_dim, use_node_features, query_injection,
-            dropout, aggregation: the fields of :class:`~glmrag.nn.gnn.GNNConfig` (``aggregation`` changes
-            memory, not results, so checkpoints saved before it existed load with the default, ``fused``).
-        max_hops, max_triplets, subgraph_seed: restrict each question to the subgraph the GLM reads (GLM-RAG
-            §5.5, Table 3; selection GLM-RAG App. B.2: 2 hops); ``max_triplets=None`` runs on the whole KG
-            (GFM-RAG) and ignores the other two.
-        optimizer: ``params -> Optimizer`` (Hydra ``_partial_: true``); None: AdamW lr 5e-4.
-        scheduler: ``optimizer -> LRScheduler`` (``_partial_: true``), stepped per epoch on ``val/loss``; or None.
-        bce_weight, listce_weight, temperature: :func:`gfm_rag_loss` (GFM-RAG: 0.3, 0.7, 0.2).
+        gnn: the GNN's architecture, :class:`~glmrag.nn.gnn.GNNConfig` (or a mapping of its fields).
+        subgraph: ``max_hops``, ``max_triplets``, ``seed``: restrict each question to the subgraph the GLM reads
+            (GLM-RAG §5.5, Table 3; selection App. B.2); ``max_triplets`` null: the whole KG (GFM-RAG).
+        loss: :class:`~glmrag.models.retriever_module.LossWeights` (GFM-RAG: 0.3 BCE, 0.7 ListCE, 0.2).
+        kgc: :class:`KGCSettings` of the KG-completion stage.
+        evaluation: :class:`~glmrag.models.retriever_module.Evaluation` (ks, ranker, top_entities).
         stage: ``qa`` (fine-tuning) or ``kgc`` (KG-completion pretraining on the DataModule's triple batches,
             ``task="kgc"``); validation is QA retrieval in both.
-        num_negatives, adversarial_temperature: KG-completion loss (GFM-RAG: 256 strict negatives, temperature 1).
-        hide_target_edges: KG completion without the batch's target edges (NBFNet/ULTRA ``remove_easy_edges``);
-            GFM-RAG keeps them visible (False).
-        ks: cut-offs of the logged ``recall@k``; must include 2.
-        ranker, top_entities: document ranker of validation/test (GFM-RAG ``idf_topk`` over 20 entities).
-        embed_model: sentence encoder of questions and relations the GNN reads; checked against the DataModule
-            and used by :class:`~glmrag.retrievers.gnn_checkpoint.CheckpointRetriever`.
+        embed_model: sentence encoder of questions and relations; checked against the DataModule.
         init_from: a checkpoint of this module (e.g. the ``kgc`` stage) whose GNN weights start ``fit``.
+        optimizer: ``params -> Optimizer`` (Hydra ``_partial_: true``); None: AdamW lr 5e-4.
+        scheduler: ``optimizer -> LRScheduler`` (``_partial_: true``), stepped per epoch on ``val/loss``; or None.
     """
+
+    FLAT_HPARAMS = {
+        **{f.name: ("gnn", f.name) for f in fields(GNNConfig)},
+        "max_hops": ("subgraph", "max_hops"),
+        "max_triplets": ("subgraph", "max_triplets"),
+        "subgraph_seed": ("subgraph", "seed"),
+        **{f.name: ("loss", f.name) for f in fields(LossWeights)},
+        **{f.name: ("kgc", f.name) for f in fields(KGCSettings)},
+        **{f.name: ("evaluation", f.name) for f in fields(Evaluation)},
+    }
+    """Where each flat hyper-parameter of a checkpoint saved before the settings nodes lives now."""
+    FLAT_DEFAULTS = {"max_triplets": None}  # checkpoints from before the restriction read the whole KG
+    SETTINGS = {
+        "gnn": functools.partial(typed_settings, GNNConfig, key="model.gnn"),
+        "subgraph": gnn_subgraph,
+        "loss": functools.partial(typed_settings, LossWeights, key="model.loss"),
+        "kgc": functools.partial(typed_settings, KGCSettings, key="model.kgc"),
+        "evaluation": functools.partial(typed_settings, Evaluation, key="model.evaluation"),
+    }
+    """Each settings node's conversion (what ``__init__`` does; ``glmrag.jobs.config_check`` runs it early)."""
 
     def __init__(
         self,
-        hidden_channels: int = 512,
-        num_layers: int = 6,
-        question_dim: int = 384,
-        relation_dim: int = 384,
-        node_dim: int = 384,
-        use_node_features: bool = False,
-        query_injection: str = "all",
-        dropout: float = 0.0,
-        aggregation: str = "fused",
-        max_hops: int = MAX_HOPS,
-        max_triplets: int | None = None,
-        subgraph_seed: int = 0,
-        optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
-        scheduler: Callable[[torch.optim.Optimizer], Any] | None = None,
-        bce_weight: float = 0.3,
-        listce_weight: float = 0.7,
-        temperature: float = 0.2,
+        gnn: GNNConfig | Mapping[str, Any] | None = None,
+        subgraph: SubgraphSettings | Mapping[str, Any] | None = None,
+        loss: LossWeights | Mapping[str, Any] | None = None,
+        kgc: KGCSettings | Mapping[str, Any] | None = None,
+        evaluation: Evaluation | Mapping[str, Any] | None = None,
         stage: str = "qa",
-        num_negatives: int = NUM_NEGATIVES,
-        adversarial_temperature: float = ADVERSARIAL_TEMPERATURE,
-        hide_target_edges: bool = False,
-        ks: Sequence[int] = (1, 2, 5, 10),
-        ranker: str = "idf_topk",
-        top_entities: int = DOC_RANKER_ENTITIES,
         embed_model: str = DEFAULT_MODEL,
         init_from: str | None = None,
+        optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
+        scheduler: Callable[[torch.optim.Optimizer], Any] | None = None,
     ) -> None:
         super().__init__()
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
-        ks = self.init_evaluation(ks, ranker)  # checked, and a plain tuple in the checkpoint
-        self.subgraph_settings = (
-            None
-            if max_triplets is None
-            else SubgraphSettings(max_hops=max_hops, max_triplets=max_triplets, seed=subgraph_seed)
-        )  # validated here: negative budgets raise
-        # Optimizer and scheduler factories are not hyper-parameters: a checkpoint holds plain values only,
-        # so it loads with torch.load(weights_only=True).
-        self.save_hyperparameters(ignore=["optimizer", "scheduler"], logger=False)
+        config = self.SETTINGS["gnn"](gnn)
+        self.subgraph_settings = restriction = self.SETTINGS["subgraph"](subgraph)
+        self.loss_weights = self.SETTINGS["loss"](loss)
+        self.kgc = self.SETTINGS["kgc"](kgc)
+        self.init_evaluation(self.SETTINGS["evaluation"](evaluation))
+        whole_kg = restriction is None
+        # Plain values only (no optimizer or scheduler factory), so a checkpoint loads with weights_only=True.
+        self.save_hyperparameters(
+            {
+                "gnn": asdict(config),
+                "subgraph": {"max_triplets": None}
+                if whole_kg
+                else {name: getattr(restriction, name) for name in GNN_SUBGRAPH_FIELDS},
+                "loss": asdict(self.loss_weights),
+                "kgc": asdict(self.kgc),
+                "evaluation": asdict(self.evaluation),
+                "stage": stage,
+                "embed_model": embed_model,
+                "init_from": init_from,
+            },
+            logger=False,
+        )
         self.optimizer_factory = optimizer or default_optimizer
         self.scheduler_factory = scheduler
-        self.gnn = QueryGNN(
-            GNNConfig(
-                hidden_channels=hidden_channels,
-                num_layers=num_layers,
-                question_dim=question_dim,
-                relation_dim=relation_dim,
-                node_dim=node_dim,
-                use_node_features=use_node_features,
-                query_injection=query_injection,
-                dropout=dropout,
-                aggregation=aggregation,
-            )
-        )
+        self.gnn = QueryGNN(config)
         if stage == "kgc":
             for module in self.gnn.kgc_unused():
                 module.requires_grad_(False)
-        self.loss_fn = functools.partial(
-            gfm_rag_loss, bce_weight=bce_weight, listce_weight=listce_weight, temperature=temperature
-        )
+        self.loss_fn = functools.partial(gfm_rag_loss, **asdict(self.loss_weights))
         self._graphs: dict[tuple[str, torch.device], GraphInputs] = {}
         self._subgraphs: dict[tuple[str, str], Subgraph] = {}
+
+    @property
+    def config(self) -> GNNConfig:
+        """The GNN's architecture."""
+        return self.gnn.config
 
     # -- the KGs, handed over by the DataModule --
 
@@ -195,13 +212,13 @@ class GNNRetrieverModule(RetrieverModule):
         if dm_hp.get("embed_model", self.hparams.embed_model) != self.hparams.embed_model:
             raise ValueError(
                 f"the DataModule embeds with {dm_hp['embed_model']!r} but the model expects "
-                f"{self.hparams.embed_model!r}; set model.embed_model to data.embed_model"
+                f"{self.hparams.embed_model!r}; set model.embed_model to index.embed_model"
             )
-        if self.hparams.use_node_features and not dm_hp.get("node_features", True):
-            raise ValueError("use_node_features=True needs node features: set data.node_features=true")
+        if self.config.use_node_features and not dm_hp.get("node_features", True):
+            raise ValueError("model.gnn.use_node_features=true needs node features: set datamodule.node_features=true")
         if stage == "fit" and dm_hp.get("task", self.hparams.stage) != self.hparams.stage:
             raise ValueError(
-                f"model.stage={self.hparams.stage!r} but data.task={dm_hp['task']!r}; set both to the same stage"
+                f"model.stage={self.hparams.stage!r} but datamodule.task={dm_hp['task']!r}; set both to the same stage"
             )
         if stage == "fit" and self.hparams.init_from:
             self.load_gnn_weights(self.hparams.init_from)
@@ -243,14 +260,15 @@ class GNNRetrieverModule(RetrieverModule):
     ) -> torch.Tensor:
         """Entity logits of a batch of questions on one KG; ``-inf`` outside each question's subgraph.
 
-        A module with ``max_triplets`` set needs the questions' ``subgraphs`` (:meth:`subgraphs`, or
+        A module with ``subgraph.max_triplets`` set needs the questions' ``subgraphs`` (:meth:`subgraphs`, or
         :func:`subgraph_batch` of :func:`question_subgraphs` without a DataModule).
 
         Shapes: **question_emb** ``(B, question_dim)``, **seed_weight** ``(B, E)`` -> ``(B, E)``.
         """
         if (subgraphs is None) != (self.subgraph_settings is None):
             raise ValueError(
-                f"this GNN has max_triplets={self.hparams.max_triplets}: pass subgraphs exactly when it is set "
+                f"this GNN has subgraph.max_triplets={self.hparams.subgraph['max_triplets']}: pass subgraphs exactly "
+                "when it is set "
                 "(GNNRetrieverModule.subgraphs(kg, question_ids) builds them)"
             )
         return self.gnn(graph, question_emb, seed_weight, subgraphs=subgraphs)
@@ -283,10 +301,8 @@ class GNNRetrieverModule(RetrieverModule):
         graph = self.graph(batch["kg"])
         generator = torch.Generator().manual_seed(1_000_003 * self.global_step + self.global_rank)
         triples = batch["triples"]
-        kgc = sample_kgc_batch(
-            graph, triples, None, self.hparams.num_negatives, generator, self.hparams.hide_target_edges
-        )
-        return kgc_loss(self.gnn, graph, kgc, self.hparams.adversarial_temperature)
+        kgc = sample_kgc_batch(graph, triples, None, self.kgc.num_negatives, generator, self.kgc.hide_target_edges)
+        return kgc_loss(self.gnn, graph, kgc, self.kgc.adversarial_temperature)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         if self.hparams.stage != "kgc":
@@ -302,7 +318,7 @@ class GNNRetrieverModule(RetrieverModule):
             logits.detach().float().cpu().numpy(),
             index,
             top_k_passages=max(self.ks),
-            method=self.hparams.ranker,
-            top_entities=self.hparams.top_entities,
+            method=self.evaluation.ranker,
+            top_entities=self.evaluation.top_entities,
         )  # (B, max ks)
         return [[index.passage_ids[p] for p in row] for row in positions]

@@ -8,51 +8,147 @@ have no gold passage are left out, as the evaluator does), so ``val/recall@2`` i
 evaluator reports for a checkpoint retriever of the module on the same questions.
 
 Log keys (lightning-hydra-template): ``train/loss``; ``val/loss``, ``val/recall@k``, ``val/mrr`` and
-``val/recall@2_best``; ``test/...`` likewise.
+``val/recall@2_best``; ``test/...`` likewise. The settings both modules share (:class:`LossWeights`,
+:class:`Evaluation`) and the one conversion of a config node into a settings dataclass
+(:func:`typed_settings`) live here too.
 """
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
 import torch
 from lightning import LightningModule
 from torch import nn
 from torchmetrics import MaxMetric, MeanMetric, Metric
 
-from glmrag.index.ranking import RANKERS
+from glmrag.index.ranking import DOC_RANKER_ENTITIES, RANKERS
 from glmrag.index.ranking_metrics import retrieval_metrics
-from glmrag.models.checkpointing import SEEN_QUESTIONS_KEY
+from glmrag.io import plain_container
+from glmrag.models.checkpointing import SEEN_QUESTIONS_KEY, nest_flat_hparams, saved_hparams
+from glmrag.models.kg_datamodule import settings_from
+
+log = logging.getLogger(__name__)
 
 BEST_METRIC = "recall@2"
 """The headline metric (GLM-RAG §5) whose best value is logged as ``val/recall@2_best``."""
 
 Optimizer = Callable[..., torch.optim.Optimizer]
+_Settings = TypeVar("_Settings")
+
+
+def typed_settings(
+    cls: type[_Settings], value: _Settings | Mapping[str, Any] | None, key: str, default: _Settings | None = None
+) -> _Settings:
+    """``value`` as a ``cls`` settings dataclass: an instance as it is, None as ``default`` (or ``cls()``), a
+    mapping (a config node such as ``model.gnn``) with missing fields from ``default`` (or ``cls``'s defaults);
+    a key that is not a field of ``cls`` is a TypeError naming ``key`` and the fields."""
+    if isinstance(value, cls):
+        return value
+    if value is None:
+        return cls() if default is None else default
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{key} must be a mapping of the fields of {cls.__name__}, got {value!r}")
+    given = plain_container(value)
+    if default is not None:
+        given = {f.name: getattr(default, f.name) for f in fields(default)} | given
+    return settings_from(cls, given, f"{key} has unknown key(s)")
+
+
+@dataclass(frozen=True)
+class LossWeights:
+    """GFM-RAG's loss, :func:`~glmrag.models.losses.gfm_rag_loss`: ``bce_weight`` x weighted BCE +
+    ``listce_weight`` x ListCE. Defaults GFM-RAG's (GLM-RAG Table 14, alpha = 0.3); the GLM's are
+    :data:`~glmrag.models.glm_module.GLM_LOSS`."""
+
+    bce_weight: float = 0.3
+    """Weight of the weighted BCE (GLM-RAG Table 14: 0.3 for GFM-RAG; App. B: 0.44 for the GLM)."""
+    listce_weight: float = 0.7
+    """Weight of the ListCE (GLM-RAG Table 14: 0.7 for GFM-RAG; App. B: 0.56 for the GLM)."""
+    temperature: float = 0.2
+    """Temperature of the BCE's adversarial negative weights (GFM-RAG ``stage2_qa_finetune.yaml``: 0.2)."""
+
+    def __post_init__(self) -> None:
+        for name in ("bce_weight", "listce_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ValueError(f"loss.{name} must be a number >= 0, got {value!r}")
+        if self.bce_weight + self.listce_weight == 0:
+            raise ValueError("loss.bce_weight and loss.listce_weight are both 0: nothing would be trained")
+        if not self.temperature > 0:
+            raise ValueError(f"loss.temperature must be > 0, got {self.temperature!r}")
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """How validation and test rank and score passages (the evaluator's ranker and metrics)."""
+
+    ks: tuple[int, ...] = (1, 2, 5, 10)
+    """Cut-offs of the logged ``recall@k``; must include 2 (``val/recall@2_best``). Stored sorted, as a tuple."""
+    ranker: str = "idf_topk"
+    """Document ranker over the entity scores (:data:`~glmrag.index.ranking.RANKERS`; GFM-RAG ``idf_topk``)."""
+    top_entities: int = DOC_RANKER_ENTITIES
+    """Entities the document ranker reads (GLM-RAG Table 14: 20)."""
+
+    def __post_init__(self) -> None:
+        if self.ranker not in RANKERS:
+            raise ValueError(f"evaluation.ranker must be one of {RANKERS}, got {self.ranker!r}")
+        if any(isinstance(k, bool) or int(k) != k or k < 1 for k in self.ks):
+            raise ValueError(f"evaluation.ks must be integers >= 1, got {list(self.ks)}")
+        ks = tuple(sorted({int(k) for k in self.ks}))  # a plain tuple (not a Hydra ListConfig) in the checkpoint
+        if 2 not in ks:
+            raise ValueError(f"evaluation.ks must include 2 (val/{BEST_METRIC}_best is tracked), got {ks}")
+        object.__setattr__(self, "ks", ks)
+        if isinstance(self.top_entities, bool) or not isinstance(self.top_entities, int) or self.top_entities < 1:
+            raise ValueError(f"evaluation.top_entities must be an integer >= 1, got {self.top_entities!r}")
 
 
 class RetrieverModule(LightningModule, ABC):
-    """Base class of the retriever modules; call :meth:`init_evaluation` in ``__init__``."""
+    """Base class of the retriever modules; call :meth:`init_evaluation` in ``__init__``.
+
+    A subclass names its flat hyper-parameters of old checkpoints in :data:`FLAT_HPARAMS` (flat key ->
+    ``(node, field)``), so :meth:`load_from_checkpoint` reads a checkpoint saved before the settings nodes.
+    """
 
     optimizer_factory: Optimizer
     scheduler_factory: Callable[[torch.optim.Optimizer], Any] | None
+    evaluation: Evaluation
+    FLAT_HPARAMS: dict[str, tuple[str, str]] = {}
+    """Old checkpoints' flat hyper-parameter -> the settings node and field that hold it now."""
+    FLAT_DEFAULTS: dict[str, Any] = {}
+    """Flat hyper-parameters an old checkpoint may lack, with the value it was trained with."""
+    SETTINGS: dict[str, Callable[[Any], Any]] = {}
+    """Settings node -> its conversion into a settings dataclass (a mapping, an instance or None in)."""
 
-    def init_evaluation(self, ks: Sequence[int], ranker: str) -> tuple[int, ...]:
-        """Create the metric objects of each stage; returns ``ks`` as a sorted plain tuple."""
-        if ranker not in RANKERS:
-            raise ValueError(f"ranker must be one of {RANKERS}, got {ranker!r}")
-        ks = tuple(sorted({int(k) for k in ks}))  # a plain tuple (not a Hydra ListConfig) in the checkpoint
-        if 2 not in ks:
-            raise ValueError(f"ks must include 2 (val/{BEST_METRIC}_best is tracked), got {ks}")
-        self.ks = ks
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Lightning's ``load_from_checkpoint``; a checkpoint with flat hyper-parameters (saved before the
+        settings nodes) is built from them nested (:func:`~glmrag.models.checkpointing.nest_flat_hparams`)."""
+        saved = saved_hparams(checkpoint_path, weights_only=kwargs.get("weights_only") is not False)
+        if any(key in saved for key in cls.FLAT_HPARAMS):
+            missing = {key: value for key, value in cls.FLAT_DEFAULTS.items() if key not in saved}
+            log.warning(
+                "checkpoint %s has flat hyper-parameters (saved before the settings nodes): read nested%s",
+                checkpoint_path,
+                f", with the values it was trained with for the keys it predates, {missing}" if missing else "",
+            )
+            kwargs = {**nest_flat_hparams(saved, cls.FLAT_HPARAMS, cls.FLAT_DEFAULTS), **kwargs}
+        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+
+    def init_evaluation(self, evaluation: Evaluation) -> None:
+        """Create the metric objects of each stage for ``evaluation.ks``."""
+        self.evaluation = evaluation
+        self.ks = ks = evaluation.ks
         self.metric_names = [f"recall@{k}" for k in ks] + ["mrr"]
         self.val_loss, self.test_loss = MeanMetric(), MeanMetric()
         self.val_metrics = nn.ModuleDict({name: MeanMetric() for name in self.metric_names})
         self.test_metrics = nn.ModuleDict({name: MeanMetric() for name in self.metric_names})
         self.val_best = MaxMetric()
         self.val_best.persistent(True)  # saved in checkpoints, so a resumed run remembers the best epoch
-        return ks
 
     def reset_metrics(self, stage: str) -> None:
         """Fresh metric states outside inference mode (call from ``setup``).
@@ -136,11 +232,43 @@ class RetrieverModule(LightningModule, ABC):
             checkpoint[SEEN_QUESTIONS_KEY] = sorted(seen)
 
     def configure_optimizers(self) -> Any:
+        """The optimizer, and the scheduler if one is set: a plain ``optimizer -> LRScheduler`` factory steps
+        once an epoch (``monitor`` ``val/loss``, for ``ReduceLROnPlateau``); a :class:`StepSchedule` steps after
+        every optimizer step over the run's ``trainer.estimated_stepping_batches``."""
         optimizer = self.optimizer_factory(params=self.parameter_groups())
         if self.scheduler_factory is None:
             return {"optimizer": optimizer}
+        if isinstance(self.scheduler_factory, StepSchedule):
+            total_steps = int(self.trainer.estimated_stepping_batches)
+            scheduler = self.scheduler_factory.schedule(optimizer=optimizer, total_steps=total_steps)
+            return {
+                "optimizer": optimizer,
+                "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
+            }
         scheduler = self.scheduler_factory(optimizer=optimizer)
         return {
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "monitor": "val/loss", "interval": "epoch", "frequency": 1},
         }
+
+
+class StepSchedule:
+    """A ``scheduler`` that :meth:`RetrieverModule.configure_optimizers` steps after every optimizer step.
+
+    ``schedule`` is ``(optimizer=, total_steps=) -> LRScheduler``, e.g. ``torch.optim.lr_scheduler.OneCycleLR``
+    with ``_partial_: true`` (warm-up, then annealing); ``total_steps`` is the run's number of optimizer steps
+    (``trainer.estimated_stepping_batches``: epochs x batches, over accumulation), so the schedule fits any
+    ``trainer.max_epochs`` or dataset size. The per-epoch default would warm up over whole epochs. A resumed
+    run restores the schedule with its saved step count: resume with the same ``trainer.max_epochs``.
+    """
+
+    def __init__(self, schedule: Callable[..., Any]) -> None:
+        if not callable(schedule):
+            raise TypeError(
+                f"StepSchedule.schedule must be a callable (optimizer=, total_steps=) -> LRScheduler, got "
+                f"{schedule!r}; in YAML give it _partial_: true"
+            )
+        self.schedule = schedule
+
+    def __repr__(self) -> str:
+        return f"StepSchedule({self.schedule!r})"

@@ -1,30 +1,14 @@
 """The Graph Language Model encoder: a Hugging Face T5 encoder reading a Levi graph.
 
-GLM-RAG (Sec. 3, "GLM retriever") encodes a subgraph with a GLM (Plenz & Frank 2024): the T5 encoder
-is unchanged except for its attention bias. Plain T5 adds ``table[bucket(j - i), h]`` to the score of
-query ``i`` and key ``j``, with ``table`` the first layer's ``relative_attention_bias`` (32 buckets by
-default) shared by every layer. The GLM indexes the same table with graph-aware bucket ids
-(:func:`graph_buckets`): pairs inside a node or a triple (and question pairs) use T5's bucket of their
-graph-aware relative position (:mod:`glmrag.graph.levi`); the other pairs use three extra buckets,
-"global" graph pairs, question -> graph and graph -> question (GLM-RAG App. B: "The default setting
-is global with FullyConnected enabled, resulting in three additional buckets"). The extra rows start as
-copies of the pretrained bucket of the farthest distance (``num_buckets - 1``: keys at least
-``max_distance`` tokens after the query), so an untrained GLM treats unrelated pairs as far apart.
-The **local** GLM lets only pairs inside a node or a triple (and question pairs) attend.
-
-How the bias gets in, without copying ``modeling_t5.py``: :class:`GLMEncoder` runs the encoder's own
-``T5Block`` modules and hands every block a :class:`GraphAttentionBias` as its ``position_bias``. T5
-passes ``position_bias`` through unchanged (layer 0 computes its own bias only when it gets None) to the
-attention function of ``config._attn_implementation``, which is :func:`graph_attention`, registered in
-transformers' ``AttentionInterface`` under :data:`ATTENTION_NAME`. That function computes the attention
-with the bias, keeping the mask separate until the final add, either eagerly (a dense ``(B, H, L, L)``
-bias) or with FlexAttention (a ``score_mod`` that reads the bucket ids; :mod:`glmrag.nn.flex_attention`).
-The ``eager`` backend runs ``F.scaled_dot_product_attention`` with the bias as a float mask whenever no
-attention dropout applies (eval, or ``dropout_rate`` 0) and the states are float32: the same output, without
-the float32 scores and softmax copies; with dropout (or half precision) it is the eager reference. The
-forward builds only what that path reads, in the dtype the attention computes in (the autocast dtype under
-``bf16-mixed``): the float32 SDPA mask for float32 states, else the dense bias in that dtype.
-Given an ordinary tensor ``position_bias`` (plain T5 use of the same model), it is T5's eager attention.
+GLM-RAG §3 encodes a subgraph with a GLM (Plenz & Frank 2024): T5's encoder, changed only in its attention
+bias. T5's shared ``relative_attention_bias`` table is indexed by graph-aware bucket ids
+(:func:`graph_buckets`): pairs inside a node or a triple, and question pairs, take T5's bucket of their
+relative position (:mod:`glmrag.graph.levi`); the others take three extra buckets (GLM-RAG App. B), which
+start as copies of the farthest-distance bucket. The local GLM lets only the former attend.
+:class:`GLMEncoder` runs the encoder's own ``T5Block`` modules with a :class:`GraphAttentionBias` as their
+``position_bias``; :func:`graph_attention`, registered in transformers' ``AttentionInterface``, reads it
+(no copy of ``modeling_t5.py``). Its ``eager`` backend uses SDPA with a float32 mask when no dropout
+applies and states are float32, else the dense-bias reference; ``flex`` is :mod:`glmrag.nn.flex_attention`.
 """
 
 from __future__ import annotations

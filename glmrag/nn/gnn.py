@@ -1,37 +1,14 @@
 """The query-dependent GNN retriever of GFM-RAG, GFM-RAG* and GFM-RAG+.
 
-GFM-RAG (Luo et al. 2025; GLM-RAG §4.2.1, Table 14) ranks every entity of a KG
-for a question with an NBFNet-style GNN (Zhu et al. 2021, as adapted by ULTRA,
-Galkin et al. 2024):
-
-1. the question embedding is projected to the hidden size, ``q = W_q e_question``;
-2. each seed entity starts with the query, weighted by ``1 / |passages mentioning
-   it|``; every other entity starts at zero (``h0``);
-3. ``num_layers`` :class:`QueryRelationalConv` layers pass DistMult messages
-   ``h_u * r`` along both directions of every triple, sum them, add the initial
-   state ``h0`` (the boundary condition) and update each entity;
-4. a 2-layer MLP scores ``[h_L, q]`` per entity.
-
-GFM-RAG+ (GLM-RAG App. B.1) instead starts every entity from its text embedding
-``x`` (the same sentence encoder as the question's ``e``): "all entities get query",
-the paper's baseline, initialises every node as ``e ⊙ x``; "only seed entities get
-query" multiplies only the seeds by the query, ``e ⊙ x`` at the seeds and ``x``
-elsewhere. The product lives in the embedding space and is mapped to the hidden
-size by the question's own projection ``W_q``, so GFM-RAG+ has GFM-RAG's
-8,144,897 parameters, as Table 14 lists one count for GFM-RAG (*, +).
-
-Layout: the states of a batch of B questions are kept node-major, ``(E, B, H)``.
-One edge list then serves the whole batch, gather and scatter run over
-contiguous rows of ``B * H`` floats, and a relation vector is broadcast over
-the batch instead of being copied per question. (Flattening to ``(B * E, H)``
-would need an edge list B times as long with offsets ``b * E`` for the same
-arithmetic.) The default fused aggregation never stores the ``(2T, B, H)`` messages of a layer
-(:mod:`glmrag.nn.rspmm`), so memory grows with entities x batch x hidden, not with edges.
-
-Budgeted subgraphs (GLM-RAG §5.5, Table 3): with a
-:class:`~glmrag.nn.subgraph_batch.SubgraphBatch` each question passes messages along its own
-subgraph only (:meth:`QueryGNN.score_subgraphs`); that module says why the batch is a disjoint union.
-The layer is :class:`~glmrag.nn.gnn_conv.QueryRelationalConv`.
+GFM-RAG (Luo et al. 2025; GLM-RAG §4.2.1, Table 14) ranks every entity of a KG for a question with an
+NBFNet-style GNN (as ULTRA adapts it): the projected question ``q = W_q e`` starts at the seed entities,
+weighted by ``1 / |passages mentioning it|`` (zero elsewhere); ``num_layers``
+:class:`~glmrag.nn.gnn_conv.QueryRelationalConv` layers pass DistMult messages along both directions of
+every triple; a 2-layer MLP scores ``[h_L, q]``. GFM-RAG+ (App. B.1) starts entities from their text
+embeddings times the question (``query_injection``), mapped by ``W_q``, so it keeps Table 14's parameter
+count. States are node-major, ``(E, B, H)``: one edge list serves the batch, and the fused aggregation
+(:mod:`glmrag.nn.rspmm`) never stores a layer's messages. Budgeted subgraphs (GLM-RAG Table 3):
+:meth:`QueryGNN.score_subgraphs` with a :class:`~glmrag.nn.subgraph_batch.SubgraphBatch`.
 """
 
 from __future__ import annotations

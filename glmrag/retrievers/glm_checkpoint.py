@@ -49,14 +49,14 @@ class GLMCheckpointRetriever:
             local_checkpoint(ckpt_path), map_location=self.device, weights_only=True
         )
         self.module.eval()
-        hp = self.module.hparams
-        self.ranker = ranker or hp.ranker
-        self.top_entities = top_entities or hp.top_entities
+        evaluation = self.module.evaluation
+        self.ranker = ranker or evaluation.ranker
+        self.top_entities = top_entities or evaluation.top_entities
         self.batch_size = batch_size
-        self.tokenizer = load_tokenizer(hp.tokenizer)
-        self.embedder = Embedder(hp.embed_model)
+        self.tokenizer = load_tokenizer(self.module.config.tokenizer)
+        self.embedder = Embedder(self.module.hparams.embed_model)
         self.settings = self.module.subgraph_settings()
-        self.collate = GLMCollate(hp.position_mode, position_conflict=hp.position_conflict)
+        self.collate = GLMCollate(self.settings.position_mode, position_conflict=self.settings.position_conflict)
 
     def entity_scores(self, questions: Sequence[Question], index: KGIndex) -> np.ndarray:
         """Scores of every entity for each question; ``-inf`` outside its subgraph.

@@ -9,7 +9,7 @@ validation uses, so the evaluator reproduces ``val/recall@k``.
 
 A checkpoint trained with ``max_triplets`` (GFM-RAG* restricted to the GLM's
 subgraphs, GLM-RAG §5.5, Table 3) rebuilds each question's subgraph from the
-checkpoint's ``max_hops``, ``max_triplets`` and ``subgraph_seed`` with the
+checkpoint's ``subgraph`` settings (``max_hops``, ``max_triplets``, ``seed``) with the
 module's own :func:`~glmrag.models.gnn_module.question_subgraphs`; entities
 outside it score ``-inf`` and are never ranked.
 """
@@ -31,8 +31,20 @@ from glmrag.nn.graph_inputs import GraphInputs, seed_weights
 from glmrag.retrievers.base import Ranking
 from glmrag.retrievers.glm_checkpoint import GLMCheckpointRetriever
 
-MODEL_HPARAMS = ("embed_model", "t5", "tokenizer")
-"""Hyper-parameters of a checkpoint that name a pretrained model its retriever loads."""
+MODEL_HPARAMS = ("embed_model", "glm.t5", "glm.tokenizer")
+"""Hyper-parameters of a checkpoint that name a pretrained model its retriever loads (``node.field``: nested)."""
+
+
+def named_models(hparams: dict) -> dict[str, str]:
+    """The :data:`MODEL_HPARAMS` of a checkpoint's hyper-parameters that are set (a flat checkpoint's too)."""
+    out = {}
+    for key in MODEL_HPARAMS:
+        node, _, name = key.rpartition(".")
+        value = (hparams.get(node) or {}).get(name) if node else hparams.get(key)
+        value = hparams.get(name) if value is None else value  # flat: saved before the settings nodes
+        if isinstance(value, str):
+            out[key] = value
+    return out
 
 
 class CheckpointRetriever:
@@ -74,7 +86,7 @@ class CheckpointRetriever:
         cached = self._graphs.get(id(index))
         if cached is None or cached[0] is not index:
             hp = self.module.hparams
-            graph = cached_graph_inputs(index, hp.embed_model, hp.use_node_features, self.cache_dir)
+            graph = cached_graph_inputs(index, hp.embed_model, self.module.config.use_node_features, self.cache_dir)
             cached = self._graphs[id(index)] = (index, graph.to(self.device))
         return cached[1]
 
@@ -118,14 +130,15 @@ def load_checkpoint_retriever(
     batch_size: int = 4,
     device: str = "cpu",
 ) -> CheckpointRetriever | GLMCheckpointRetriever:
-    """The retriever of any checkpoint written by ``train.py``: a GLM (its hyper-parameters name a ``t5``) or a GNN."""
+    """The retriever of any checkpoint written by ``train.py``: a GLM (hyper-parameters with a ``glm`` node, or a
+    flat ``t5``) or a GNN."""
     hparams = load_checkpoint_dict(ckpt_path).get("hyper_parameters", {})
     try:
-        if "t5" in hparams:
+        if "glm" in hparams or "t5" in hparams:
             return GLMCheckpointRetriever(ckpt_path, batch_size, device, ranker, top_entities)
         return CheckpointRetriever(ckpt_path, ranker, top_entities, batch_size, device)
     except OSError as err:  # transformers / sentence-transformers / huggingface_hub raise OSError subclasses
-        models = {k: hparams[k] for k in MODEL_HPARAMS if isinstance(hparams.get(k), str)}
+        models = named_models(hparams)
         raise OSError(
             f"the checkpoint {ckpt_path} needs the model(s) {models}, which could not be loaded from disk "
             f"({type(err).__name__}: {str(err)[:200]}); put them in the local Hugging Face cache, or name a local "

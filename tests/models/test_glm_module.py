@@ -38,8 +38,13 @@ def make_dm(index_config, cache_dir, **overrides) -> SubgraphDataModule:
 
 def make_model(**overrides) -> GLMRetrieverModule:
     torch.manual_seed(0)
-    args = {"t5_config": T5_TINY, "optimizer": partial(torch.optim.AdamW), "head_lr": 3e-3, "backbone_lr": 3e-3}
-    return GLMRetrieverModule(**(args | {"max_triplets": MAX_TRIPLETS, "tokenizer": DEFAULT_MODEL} | overrides))
+    args = {
+        "glm": {"t5_config": T5_TINY, "tokenizer": DEFAULT_MODEL},
+        "subgraph": {"max_triplets": MAX_TRIPLETS},
+        "lr": {"head": 3e-3, "backbone": 3e-3},
+        "optimizer": partial(torch.optim.AdamW),
+    }
+    return GLMRetrieverModule(**(args | overrides))
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +96,7 @@ def test_loss_is_normalised_over_the_subgraphs_entity_nodes_only(fitted):
 
 
 def test_two_learning_rates_cover_every_parameter_once():
-    model = make_model(head_lr=5e-4, backbone_lr=1e-4, bucket_lr="head")  # the default: test_glm_reference_rules
+    model = make_model(lr={"head": 5e-4, "backbone": 1e-4, "buckets": "head"})  # default: test_glm_reference_rules
     groups = model.configure_optimizers()["optimizer"].param_groups
     assert [(g["name"], g["lr"]) for g in groups] == [("backbone", 1e-4), ("head", 5e-4)]
     ids = [id(p) for g in groups for p in g["params"]]
@@ -104,7 +109,7 @@ def test_load_from_checkpoint_gives_the_same_logits(fitted, tmp_path):
     path = tmp_path / "glm.ckpt"
     fitted.trainer.save_checkpoint(path)
     loaded = GLMRetrieverModule.load_from_checkpoint(path).eval()
-    assert loaded.hparams == fitted.model.hparams and loaded.hparams.ks == (1, 2, 5, 10)
+    assert loaded.hparams == fitted.model.hparams and loaded.hparams.evaluation["ks"] == (1, 2, 5, 10)
     batch = next(iter(fitted.dm.val_dataloader()))
     inputs = GLMInputs.from_batch(batch)
     with torch.no_grad():
@@ -112,18 +117,22 @@ def test_load_from_checkpoint_gives_the_same_logits(fitted, tmp_path):
 
 
 def test_a_checkpoint_from_before_the_reference_rules_keeps_the_rules_it_was_trained_with(fitted, tmp_path):
+    """A flat checkpoint (saved before the settings nodes) without the three rules: glmrag's earlier ones."""
     path = tmp_path / "old.ckpt"
     fitted.trainer.save_checkpoint(path)
     checkpoint = torch.load(path, weights_only=False)
-    for key in ("position_conflict", "question_eos", "bucket_lr"):
-        del checkpoint["hyper_parameters"][key]
+    nested = checkpoint["hyper_parameters"]
+    flat = {**nested["glm"], **nested["loss"], **nested["evaluation"], "embed_model": nested["embed_model"]}
+    flat |= {"head_lr": nested["lr"]["head"], "backbone_lr": nested["lr"]["backbone"]}
+    flat |= {k: v for k, v in nested["subgraph"].items() if k not in ("seed", "position_conflict", "question_eos")}
+    checkpoint["hyper_parameters"] = flat | {"subgraph_seed": nested["subgraph"]["seed"]}
     torch.save(checkpoint, path)
     loaded = GLMRetrieverModule.load_from_checkpoint(path)
-    assert loaded.hparams.position_conflict == "nearest"
-    assert loaded.hparams.question_eos is False
-    assert loaded.hparams.bucket_lr == "head"
+    assert loaded.settings.position_conflict == "nearest"
+    assert loaded.settings.question_eos is False
+    assert loaded.learning_rates.buckets == "head"
     fitted.trainer.save_checkpoint(tmp_path / "new.ckpt")
-    assert GLMRetrieverModule.load_from_checkpoint(tmp_path / "new.ckpt").hparams.position_conflict == "last"
+    assert GLMRetrieverModule.load_from_checkpoint(tmp_path / "new.ckpt").settings.position_conflict == "last"
 
 
 def test_datamodule_with_other_subgraphs_is_refused(index_config, cpu_trainer, cache, tmp_path):

@@ -118,8 +118,8 @@ def test_the_stored_question_ends_with_the_end_of_sequence_token(kg, tok):
 @pytest.mark.parametrize(("bucket_lr", "group"), [("backbone", "backbone"), ("head", "head")])
 def test_extra_buckets_train_at_the_backbone_rate_by_default(bucket_lr, group):
     torch.manual_seed(0)
-    args = {"t5_config": T5_TINY, "tokenizer": DEFAULT_MODEL, "head_lr": 5e-4, "backbone_lr": 1e-4}
-    model = GLMRetrieverModule(**args) if bucket_lr == "backbone" else GLMRetrieverModule(**args, bucket_lr="head")
+    glm, lr = {"t5_config": T5_TINY, "tokenizer": DEFAULT_MODEL}, {"head": 5e-4, "backbone": 1e-4}
+    model = GLMRetrieverModule(glm=glm, lr=lr if bucket_lr == "backbone" else lr | {"buckets": "head"})
     groups = {g["name"]: g for g in model.configure_optimizers()["optimizer"].param_groups}
     holder = [name for name, g in groups.items() if any(p is model.net.encoder.extra_bias for p in g["params"])]
     assert holder == [group]

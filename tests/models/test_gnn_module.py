@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from glmrag.models.gnn_datamodule import KGQADataModule
 from glmrag.models.gnn_module import GNNRetrieverModule
 
-TINY = {"hidden_channels": 16, "num_layers": 2}
+TINY = {"gnn": {"hidden_channels": 16, "num_layers": 2}}
 
 pytestmark = [
     pytest.mark.usefixtures("glmrag_cache"),  # GLMRAG_CACHE_DIR set for the whole module
@@ -43,7 +43,8 @@ def fitted(hydra_index, cpu_trainer, tmp_path_factory):
     L.seed_everything(0)
     dm = KGQADataModule("musique100", index=hydra_index(), limit=24, batch_size=4)
     fast = partial(torch.optim.AdamW, lr=5e-3)
-    model = GNNRetrieverModule(**TINY, optimizer=fast, ks=OmegaConf.create([1, 2, 5, 10]))  # ListConfig, as Hydra
+    evaluation = OmegaConf.create({"ks": [1, 2, 5, 10]})  # a DictConfig, as Hydra hands it over
+    model = GNNRetrieverModule(**TINY, optimizer=fast, evaluation=evaluation)
     trainer = cpu_trainer(max_epochs=2, default_root_dir=tmp_path_factory.mktemp("fit"))
     before = trainer.validate(model, datamodule=dm, verbose=False)[0]
     trainer.fit(model, datamodule=dm)
@@ -71,7 +72,7 @@ def test_load_from_checkpoint_round_trip(fitted, tmp_path):
     fitted.trainer.save_checkpoint(path, weights_only=False)
     torch.load(path, weights_only=True)  # plain values only, datamodule hyper-parameters included
     loaded = GNNRetrieverModule.load_from_checkpoint(path)  # Lightning's default: weights_only loading
-    assert loaded.hparams == fitted.model.hparams and loaded.hparams.ks == (1, 2, 5, 10)
+    assert loaded.hparams == fitted.model.hparams and loaded.hparams.evaluation["ks"] == (1, 2, 5, 10)
     batch = next(iter(fitted.dm.val_dataloader()))
     graph = fitted.dm.graph(batch["kg"])
     fitted.model.eval()
@@ -85,7 +86,7 @@ def test_load_from_checkpoint_round_trip(fitted, tmp_path):
 def test_kgc_pretraining_then_finetuning_starts_from_its_weights(hydra_index, cpu_trainer, tmp_path):
     L.seed_everything(0)
     kgc_dm = KGQADataModule("musique100", index=hydra_index(), limit=4, batch_size=4, task="kgc")
-    pretrain = GNNRetrieverModule(**TINY, stage="kgc", num_negatives=32)
+    pretrain = GNNRetrieverModule(**TINY, stage="kgc", kgc={"num_negatives": 32})
     trainer = cpu_trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=0, default_root_dir=tmp_path / "kgc")
     trainer.fit(pretrain, datamodule=kgc_dm)
     assert torch.isfinite(trainer.callback_metrics["train/loss"])
@@ -105,5 +106,5 @@ def test_kgc_pretraining_then_finetuning_starts_from_its_weights(hydra_index, cp
 
 def test_stage_must_match_the_datamodule_task(hydra_index, cpu_trainer, tmp_path):
     dm = KGQADataModule("musique100", index=hydra_index(), limit=4, task="kgc")
-    with pytest.raises(ValueError, match="model.stage='qa' but data.task='kgc'"):
+    with pytest.raises(ValueError, match="model.stage='qa' but datamodule.task='kgc'"):
         cpu_trainer(max_epochs=1, default_root_dir=tmp_path).fit(GNNRetrieverModule(**TINY), datamodule=dm)

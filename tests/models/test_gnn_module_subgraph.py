@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODEL = "offline:all-MiniLM-L6-v2"
 DIM = 8
 BUDGETS = (600, 500, 400, 300)  # GLM-RAG Table 3
-TINY = {"hidden_channels": 8, "num_layers": 2, "question_dim": DIM, "relation_dim": DIM, "node_dim": DIM}
+TINY = {"gnn": {"hidden_channels": 8, "num_layers": 2, "question_dim": DIM, "relation_dim": DIM, "node_dim": DIM}}
 
 
 class RandomEncoder:
@@ -43,10 +43,11 @@ def kg():
     return index, questions, graph_inputs(index, RandomEncoder(), node_features=False)
 
 
-def module_on(index, graph, **kw) -> GNNRetrieverModule:
-    """A tiny module reading ``index`` and ``graph`` as its DataModule would hand them over."""
+def module_on(index, graph, **subgraph) -> GNNRetrieverModule:
+    """A tiny module reading ``index`` and ``graph`` as its DataModule would hand them over; ``subgraph``: the
+    fields of its ``subgraph`` node."""
     torch.manual_seed(0)
-    model = GNNRetrieverModule(**TINY, **kw).eval()
+    model = GNNRetrieverModule(**TINY, subgraph=subgraph).eval()
     model.graph = lambda kg: graph
     model.index = lambda kg: index
     return model
@@ -73,7 +74,7 @@ def test_the_gnn_reads_the_glm_subgraphs(kg):
     index, questions, graph = kg
     tokenizer = load_tokenizer(MODEL)
     for seed in (0, 1):
-        model = module_on(index, graph, max_hops=2, max_triplets=15, subgraph_seed=seed)
+        model = module_on(index, graph, max_hops=2, max_triplets=15, seed=seed)
         sub = model.subgraphs("toy", [q.id for q in questions])
         mask = sub.entity_mask(index.num_entities)
         settings = SubgraphSettings(max_hops=2, max_triplets=15, seed=seed)
@@ -83,7 +84,7 @@ def test_the_gnn_reads_the_glm_subgraphs(kg):
             assert set(mask[row].nonzero().flatten().tolist()) == glm
             assert int((sub.node_question[sub.edge_index[0]] == row).sum()) == 2 * record["num_triples"]
     assert sum(len(s.triples) for s in model._subgraphs.values()) == 15 * len(questions)  # every budget binds
-    other = module_on(index, graph, max_triplets=15, subgraph_seed=0).subgraphs("toy", [q.id for q in questions])
+    other = module_on(index, graph, max_triplets=15, seed=0).subgraphs("toy", [q.id for q in questions])
     assert not torch.equal(other.entity_mask(index.num_entities), mask)  # the BFS seed matters
 
 
@@ -162,7 +163,7 @@ def test_restricted_module_needs_subgraphs(kg):
     with pytest.raises(ValueError, match="max_triplets=15: pass subgraphs"):
         model(graph, batch["question_emb"], batch["seed_weight"])
     with pytest.raises(ValueError, match="max_triplets=-1"):
-        GNNRetrieverModule(**TINY, max_triplets=-1)
+        GNNRetrieverModule(**TINY, subgraph={"max_triplets": -1})
 
 
 def test_checkpoint_retriever_rebuilds_the_subgraphs(tmp_path):
@@ -172,7 +173,7 @@ def test_checkpoint_retriever_rebuilds_the_subgraphs(tmp_path):
     dims = {"question_dim": 384, "relation_dim": 384, "node_dim": 384}
     torch.manual_seed(0)
     module = GNNRetrieverModule(
-        hidden_channels=8, num_layers=2, **dims, embed_model=MODEL, max_triplets=12, subgraph_seed=3
+        gnn={"hidden_channels": 8, "num_layers": 2, **dims}, subgraph={"max_triplets": 12, "seed": 3}, embed_model=MODEL
     )
     ckpt = {
         "state_dict": module.state_dict(),
@@ -207,7 +208,7 @@ def test_checkpoint_retriever_rebuilds_the_subgraphs(tmp_path):
         truncated += sub.truncated
     assert truncated >= 3  # the budget binds for most questions
 
-    del ckpt["hyper_parameters"]["max_triplets"]  # a checkpoint from before the restriction existed
+    ckpt["hyper_parameters"]["subgraph"] = {"max_triplets": None}  # the whole KG
     torch.save(ckpt, tmp_path / "old.ckpt")
     old = CheckpointRetriever(str(tmp_path / "old.ckpt"), cache_dir=str(tmp_path / "inputs"))
     assert torch.isfinite(old.entity_logits(questions, index)).all()
@@ -223,15 +224,15 @@ def _compose(overrides, return_hydra_config=False):
 
 def test_table_3_systems_restrict_both_families_alike():
     base = _compose(["experiment=gfm_rag_star", "output_dir=x"]).model
-    assert base.max_triplets is None and base.max_hops == 2 and base.subgraph_seed == 0
+    assert base.subgraph == {"max_triplets": None, "max_hops": 2, "seed": 0}
     for budget in BUDGETS:
         gnn = _compose([f"+system=gfm_rag_star_t{budget}", "output_dir=x"])
         glm = _compose([f"+system=glm_t{budget}", "output_dir=x"])
         assert (gnn.model_name, gnn.family) == (f"gfm_rag_star_t{budget}", "gfm_rag_star")
-        assert gnn.model._target_.endswith("GNNRetrieverModule") and not gnn.model.use_node_features
-        for key in ("max_hops", "max_triplets", "subgraph_seed"):
-            assert gnn.model[key] == glm.model[key], key
-        assert gnn.model.max_triplets == budget
+        assert gnn.model._target_.endswith("GNNRetrieverModule") and not gnn.model.gnn.use_node_features
+        for key in ("max_hops", "max_triplets", "seed"):
+            assert gnn.model.subgraph[key] == glm.model.subgraph[key], key
+        assert gnn.model.subgraph.max_triplets == budget
     params = _compose(["experiment=study_subgraph_restriction", "output_dir=x"], True).hydra.sweeper.params
     systems = params["+system"].split(",")
     assert systems == ["gfm_rag_star", *(f"gfm_rag_star_t{t}" for t in BUDGETS), *(f"glm_t{t}" for t in BUDGETS)]
@@ -243,7 +244,7 @@ def test_restricted_systems_run_fast_dev_run(budget, glmrag_cache, tmp_path):
     from glmrag.jobs.train import run_train
 
     paths = [f"output_dir={tmp_path / 'out'}", f"checkpoint_dir={tmp_path / 'ckpt'}", f"results_dir={tmp_path / 'r'}"]
-    tiny = ["model.hidden_channels=8", "model.num_layers=1", "data.limit=8", "logger=[csv]"]
+    tiny = ["model.gnn.hidden_channels=8", "model.gnn.num_layers=1", "data.limit=8", "logger=[csv]"]
     tiny += ["index.embed_model=offline:all-MiniLM-L6-v2", "index.embed_dim=384"]  # offline, not the paper mpnet
     cfg = _compose([f"+system=gfm_rag_star_t{budget}", *tiny, *paths, "+trainer.fast_dev_run=true"])
     assert cfg.run_name == f"gfm_rag_star_t{budget}-musique100"

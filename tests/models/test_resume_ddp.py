@@ -31,7 +31,9 @@ def fit(index_config, cpu_trainer):
     def run(root, max_epochs, ckpt_path=None):
         L.seed_everything(0)
         dm = KGQADataModule("musique100", index=index_config(), limit=LIMIT, batch_size=4)
-        model = GNNRetrieverModule(hidden_channels=16, num_layers=2, optimizer=partial(torch.optim.AdamW, lr=5e-3))
+        model = GNNRetrieverModule(
+            gnn=dict(hidden_channels=16, num_layers=2), optimizer=partial(torch.optim.AdamW, lr=5e-3)
+        )
         checkpoint = ModelCheckpoint(dirpath=root, save_last=True)
         trainer = cpu_trainer(max_epochs=max_epochs, callbacks=[checkpoint], default_root_dir=root)
         trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
@@ -66,7 +68,8 @@ from glmrag.models.gnn_module import GNNRetrieverModule
 def run(devices, index):
     L.seed_everything(0)
     dm = KGQADataModule("musique100", index=index, limit={limit}, batch_size=4)  # GLOBAL batch 4
-    model = GNNRetrieverModule(hidden_channels=16, num_layers=2, optimizer=partial(torch.optim.AdamW, lr=5e-3))
+    fast = partial(torch.optim.AdamW, lr=5e-3)
+    model = GNNRetrieverModule(gnn=dict(hidden_channels=16, num_layers=2), optimizer=fast)
     trainer = L.Trainer(
         accelerator="cpu", devices=devices, strategy="ddp_spawn" if devices > 1 else "auto", max_epochs=2,
         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,

@@ -18,17 +18,11 @@ from glmrag.data.types import Question
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import EntityLink
 from glmrag.index.synthetic import random_kg
-from glmrag.models import subgraph_data
+from glmrag.models import shard_stream
 from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer, question_record
 from glmrag.models.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
-from glmrag.models.subgraph_data import (
-    META,
-    RankStream,
-    StreamBatchSampler,
-    SubgraphDataModule,
-    read_meta,
-    write_split,
-)
+from glmrag.models.shard_stream import RankStream, StreamBatchSampler
+from glmrag.models.subgraph_data import META, SubgraphDataModule, read_meta, write_split
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 9
@@ -132,8 +126,8 @@ def test_ranks_and_workers_each_read_only_their_own_part(shards, world, readers,
     _, _, files = shards
     everything = sorted([f"a-q{i}" for i in range(7)] + ["b-q0"])
     opened: list[str] = []
-    original = subgraph_data.read_rows
-    monkeypatch.setattr(subgraph_data, "read_rows", lambda file, a, z: (opened.append(file), original(file, a, z))[1])
+    original = shard_stream.read_rows
+    monkeypatch.setattr(shard_stream, "read_rows", lambda file, a, z: (opened.append(file), original(file, a, z))[1])
     args = {"world_size": world, "readers": readers, "shuffle": train, "seed": 4, "pad_real": train}
     ranks = [RankStream(files, counts_of(shards), 2, rank=r, **args) for r in range(world)]
     assert len({len(s) for s in ranks}) == 1  # equal batch counts on every rank
@@ -348,15 +342,17 @@ def test_config_builds_the_datamodule_with_the_models_subgraph_settings(index_co
             "data": {"name": "musique100", "root": None, "limit": 5},
             "index": index_config(embed_model=DEFAULT_MODEL),
             "model": {
-                "tokenizer": DEFAULT_MODEL,
-                "max_hops": 2,
-                "max_triplets": 600,
-                "layout": "linear",
-                "use_text": False,
-                "position_mode": "path",
-                "subgraph_seed": 4,
-                "position_conflict": "nearest",
-                "question_eos": False,
+                "glm": {"tokenizer": DEFAULT_MODEL},
+                "subgraph": {
+                    "max_hops": 2,
+                    "max_triplets": 600,
+                    "layout": "linear",
+                    "use_text": False,
+                    "position_mode": "path",
+                    "seed": 4,
+                    "position_conflict": "nearest",
+                    "question_eos": False,
+                },
             },
             "datamodule": OmegaConf.load(ROOT / "configs" / "datamodule" / "subgraph.yaml"),
         }

@@ -268,13 +268,13 @@ def test_a_checkpoint_from_before_the_setting_loads_with_the_fused_default(tmp_p
     from glmrag.models.gnn_module import GNNRetrieverModule
 
     torch.manual_seed(0)
-    module = GNNRetrieverModule(hidden_channels=8, num_layers=2, question_dim=16, relation_dim=16, node_dim=16)
+    gnn = {"hidden_channels": 8, "num_layers": 2, "question_dim": 16, "relation_dim": 16, "node_dim": 16}
+    module = GNNRetrieverModule(gnn=gnn)
     hparams = dict(module.hparams)
     ckpt = {"state_dict": module.state_dict(), "pytorch-lightning_version": lightning.__version__}
-    torch.save(
-        ckpt | {"hyper_parameters": {k: v for k, v in hparams.items() if k != "aggregation"}}, tmp_path / "old.ckpt"
-    )
-    torch.save(ckpt | {"hyper_parameters": hparams | {"aggregation": "materialized"}}, tmp_path / "mat.ckpt")
+    torch.save(ckpt | {"hyper_parameters": hparams | {"gnn": gnn}}, tmp_path / "old.ckpt")  # no aggregation key
+    mat = hparams | {"gnn": gnn | {"aggregation": "materialized"}}
+    torch.save(ckpt | {"hyper_parameters": mat}, tmp_path / "mat.ckpt")
     old = GNNRetrieverModule.load_from_checkpoint(tmp_path / "old.ckpt")
     mat = GNNRetrieverModule.load_from_checkpoint(tmp_path / "mat.ckpt")
     assert {c.aggregation for c in old.gnn.convs} == {"fused"}
@@ -291,11 +291,11 @@ def test_a_checkpoint_from_before_the_setting_loads_with_the_fused_default(tmp_p
 def test_model_aggregation_config_key_reaches_every_layer(train_config, aggregation):
     import hydra
 
-    cfg = train_config((f"model.aggregation={aggregation}", "output_dir=x"))
+    cfg = train_config((f"model.gnn.aggregation={aggregation}", "output_dir=x"))
     with torch.device("meta"):
         module = hydra.utils.instantiate(cfg.model)
     assert {c.aggregation for c in module.gnn.convs} == {aggregation}
-    assert train_config(("output_dir=x",)).model.aggregation == "fused"
+    assert train_config(("output_dir=x",)).model.gnn.aggregation == "fused"
 
 
 def saved_bytes(conv, num_edges: int) -> int:
