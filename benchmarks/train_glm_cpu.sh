@@ -14,9 +14,9 @@ run() {  # run <name> <overrides...>
     checkpoint_dir=checkpoints/bench/${data}_$name "$@"
 }
 run glm_demo
-run glm_linear model_name=glm_linear_demo model.layout=linear
-run glm_local model_name=glm_local_demo model.attention=local
-run glm_untrained model_name=glm_untrained_demo trainer.max_epochs=1 model.head_lr=0 model.backbone_lr=0
+run glm_linear model_name=glm_linear_demo model.subgraph.layout=linear
+run glm_local model_name=glm_local_demo model.glm.attention=local
+run glm_untrained model_name=glm_untrained_demo trainer.max_epochs=1 model.lr.head=0 model.lr.backbone=0
 # All trained retrievers side by side on the same test questions (GFM-RAG+ from benchmarks/train_gnn_cpu.sh).
 best() { ls checkpoints/bench/${data}_$1/epoch*.ckpt | head -1; }
 ckpt() { echo "{_target_: glmrag.retrievers.gnn_checkpoint.load_checkpoint_retriever, ckpt_path: $(best $1)}"; }

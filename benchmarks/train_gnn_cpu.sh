@@ -10,7 +10,7 @@ data=musique100
 # GFM-RAG+ (demo size), 5 epochs
 python train.py experiment=demo data=$data output_dir=$out/train_${data}_gfm_rag_plus checkpoint_dir=checkpoints/bench/${data}_plus
 # GFM-RAG* at the same size: no text features
-python train.py experiment=demo data=$data model_name=gfm_rag_star_demo model.use_node_features=false \
+python train.py experiment=demo data=$data model_name=gfm_rag_star_demo model.gnn.use_node_features=false \
   output_dir=$out/train_${data}_gfm_rag_star checkpoint_dir=checkpoints/bench/${data}_star
 # Untrained GFM-RAG+ (lr 0: no weight changes), evaluated the same way
 python train.py experiment=demo data=$data model_name=untrained_plus_demo trainer.max_epochs=1 model.optimizer.lr=0 \

@@ -252,7 +252,7 @@ def question_tokens_of(question: str | None, tokenizer, eos: bool) -> list[int]:
     if end is None:
         raise ValueError(
             f"tokenizer {getattr(tokenizer, 'name_or_path', tokenizer)!r} has neither an eos nor a sep token to end "
-            "the question with; set model.question_eos=false"
+            "the question with; set model.subgraph.question_eos=false"
         )
     return [*tokens, int(end)]
 

@@ -5,7 +5,7 @@ files as ``glmrag/configs`` (copied at build time by ``setup.py``), which is use
 top-level folder is absent. ``$GLMRAG_CONFIG_DIR`` overrides both.
 
 It also registers the ``${glmrag_overrides:}`` resolver the configs name runs with, so that a
-command-line change (``model.hidden_channels=32``) shows in the run name and its folders.
+command-line change (``model.gnn.hidden_channels=32``) shows in the run name and its folders.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ def config_dir() -> Path:
 NAMED_KEYS = ("experiment", "data", "data.name", "model_name", "eval_study", "trainer", "callbacks")
 """Override keys (whole) a run name already shows (experiment, dataset) or that change no result (the device)."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]+")
+_FILE = re.compile(r"/|\.[A-Za-z]\w*$")
+"""A data value that names a file or folder (a path, or a name with an extension): the run name keeps its stem."""
+_COMPRESSED = re.compile(r"\.(xz|gz|bz2|zst)$")
 
 
 def override_key(override: str) -> str:
@@ -67,6 +70,8 @@ def run_suffix(overrides: list[str]) -> str:
         if key.replace("/", ".").split(".")[0] in BOOKKEEPING_KEYS or key in NAMED_KEYS or "=" not in override:
             continue
         value = override.partition("=")[2].strip("[]")
+        if key.startswith("data.") and _FILE.search(value):  # data.questions=/home/me/dev.json: "dev"
+            value = Path(_COMPRESSED.sub("", value)).stem
         parts.append(_UNSAFE.sub("_", f"{key.split('.')[-1]}={value}"))
     suffix = "-" + ",".join(parts) if parts else ""
     if len(suffix) > MAX_SUFFIX:
