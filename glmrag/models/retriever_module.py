@@ -240,6 +240,11 @@ class RetrieverModule(LightningModule, ABC):
             return {"optimizer": optimizer}
         if isinstance(self.scheduler_factory, StepSchedule):
             total_steps = int(self.trainer.estimated_stepping_batches)
+            if total_steps < 1:
+                raise ValueError(
+                    f"model.scheduler is a StepSchedule but this fit has {total_steps} optimizer steps: it needs at "
+                    "least one (check trainer.limit_train_batches, max_epochs, max_steps) or model.scheduler=null"
+                )
             scheduler = self.scheduler_factory.schedule(optimizer=optimizer, total_steps=total_steps)
             return {
                 "optimizer": optimizer,

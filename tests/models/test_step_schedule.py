@@ -89,6 +89,12 @@ def test_a_plain_scheduler_still_steps_once_an_epoch_on_val_loss(cpu_trainer, tm
     assert module.lrs == [1.0, 1.0, 1.0, 0.5, 0.5, 0.5]
 
 
+def test_a_fit_without_optimizer_steps_is_a_named_error(cpu_trainer, tmp_path):
+    trainer = cpu_trainer(max_epochs=1, limit_train_batches=0, limit_val_batches=0, default_root_dir=tmp_path)
+    with pytest.raises(ValueError, match="model.scheduler is a StepSchedule"):
+        trainer.fit(Regression(one_cycle(max_lr=1.0)), train_dataloaders=batches(3))
+
+
 def test_schedule_must_be_callable():
     with pytest.raises(TypeError, match="_partial_: true"):
         StepSchedule(torch.optim.lr_scheduler.OneCycleLR.__name__)
