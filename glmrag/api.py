@@ -3,13 +3,11 @@
 >>> import glmrag
 >>> data = glmrag.load_data("toy")                              # or format="hotpotqa", questions="dev.json"
 >>> index = glmrag.build_index(data)                            # cached on disk, like eval.py's
->>> table = glmrag.evaluate_systems(["dense", "ppr"], data, index)
->>> print(table.to_markdown())
+>>> print(glmrag.evaluate_systems(["dense", "ppr"], data, index).to_markdown())
 >>> glmrag.retrieve(glmrag.get_retriever("ppr"), ["Who founded X?"], index, data)   # your own questions
 
-Each call is the one the evaluation job (:mod:`glmrag.jobs.evaluate`) makes: the same
-registry, index cache, retriever configs (``configs/retriever/<name>.yaml``) and
-evaluator, so a table here equals ``eval.py``'s on the same settings.
+Each call makes the evaluation job's (:mod:`glmrag.jobs.evaluate`) choices: the same registry, index cache,
+retriever configs (``configs/retriever/<name>.yaml``) and evaluator, so a table here equals ``eval.py``'s.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from glmrag.data.files import load_files, register_files
 from glmrag.data.registry import DATASETS, load_dataset
@@ -31,6 +29,7 @@ from glmrag.index.cache import get_index
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
 from glmrag.io import cache_root
+from glmrag.jobs.common import compose_config
 from glmrag.jobs.config_path import config_dir
 from glmrag.retrievers.base import Ranking, Retriever
 
@@ -147,7 +146,7 @@ class Table:
     """The evaluator's result as a table: one row per system, metrics as fractions in ``[0, 1]``."""
 
     result: EvalResult
-    """Everything the evaluator measured; ``result.settings`` holds ``setup_seconds`` and ``ms_per_question``."""
+    """Everything the evaluator measured, with ``setup_seconds`` and ``ms_per_question`` of each system."""
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -201,16 +200,8 @@ def evaluate_systems(
         n_boot=n_boot,
         seed=seed,
     )
-    result.settings |= {"ms_per_question": ms, "setup_seconds": setup}
+    result.ms_per_question, result.setup_seconds = ms, setup
     return Table(result)
 
 
-def compose_config(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
-    """The job config ``eval`` / ``train`` with command-line style ``overrides``, as the scripts compose it."""
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        return compose(config_name=config_name, overrides=list(overrides))
-
-
-__all__ += ["as_questions", "compose_config", "load_files"]
+__all__ += ["as_questions", "compose_config", "load_files"]  # compose_config: glmrag.jobs.common

@@ -30,11 +30,11 @@ RUN = [
     "index.embed_model=offline:all-MiniLM-L6-v2",  # the paper configs embed with the hub's mpnet
     "index.embed_dim=384",
 ]
-GNN = ["model.hidden_channels=8", "model.num_layers=1"]
+GNN = ["model.gnn.hidden_channels=8", "model.gnn.num_layers=1"]
 GLM = [
-    "model.t5_config={d_model: 16, d_ff: 32, num_layers: 1, num_heads: 2, d_kv: 8}",
-    "model.tokenizer=offline:all-MiniLM-L6-v2",
-    "model.max_triplets=40",
+    "model.glm.t5_config={d_model: 16, d_ff: 32, num_layers: 1, num_heads: 2, d_kv: 8}",
+    "model.glm.tokenizer=offline:all-MiniLM-L6-v2",
+    "model.subgraph.max_triplets=40",
 ]
 SYSTEMS = {
     "gfm_rag_plus": ["experiment=demo", *GNN],
@@ -93,10 +93,10 @@ def test_ddp_job_fits_tests_and_evaluates_once(system, glmrag_cache, tmp_path, t
 
 
 def test_ddp_multirun_gives_each_job_its_ranks_and_logs_the_global_loss(glmrag_cache, tmp_path):
-    overrides = ["experiment=demo", "model.hidden_channels=8", "model.num_layers=1,2", *RUN]
+    overrides = ["experiment=demo", "model.gnn.hidden_channels=8", "model.gnn.num_layers=1,2", *RUN]
     train(tmp_path, glmrag_cache, [*overrides, "trainer=ddp_cpu"], multirun=True)
     entries = stored(tmp_path)
-    assert sorted(e["run"]["settings"]["model.num_layers"] for e in entries) == [1, 2]  # each job once
+    assert sorted(e["run"]["settings"]["model.gnn.num_layers"] for e in entries) == [1, 2]  # each job once
     jobs = sorted({Path(e["run"]["output_dir"]) for e in entries})
     assert len(jobs) == 2 and all((j / "train_ddp_rank_1.log").is_file() for j in jobs)
 
@@ -104,7 +104,7 @@ def test_ddp_multirun_gives_each_job_its_ranks_and_logs_the_global_loss(glmrag_c
     one.mkdir()
     train(one, glmrag_cache, [*SYSTEMS["gfm_rag_plus"], *RUN, "trainer=cpu"])
     (single,) = stored(one)
-    ddp_job = next(e for e in entries if e["run"]["settings"]["model.num_layers"] == 1)
+    ddp_job = next(e for e in entries if e["run"]["settings"]["model.gnn.num_layers"] == 1)
     ddp_loss = logged(Path(ddp_job["run"]["output_dir"]), "train/loss")
     one_loss = logged(Path(single["run"]["output_dir"]), "train/loss")
     assert [s for s, _ in ddp_loss] == [s for s, _ in one_loss] == [0, 1]

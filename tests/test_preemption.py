@@ -18,14 +18,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from glmrag.jobs.train import PREEMPTED_EXIT_CODE, resume_checkpoint
+from glmrag.jobs.run_folder import resume_checkpoint
+from glmrag.jobs.train import PREEMPTED_EXIT_CODE
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = [
     "experiment=demo",
     "run_name=preempted",  # fixed: the resumed command below changes max_epochs, which names runs otherwise
-    "model.hidden_channels=8",
-    "model.num_layers=1",
+    "model.gnn.hidden_channels=8",
+    "model.gnn.num_layers=1",
     "data.limit=8",
     "retriever@baselines=[ppr]",
     "logger=[csv]",

@@ -26,7 +26,7 @@ def run_name(config: str, overrides: list[str]) -> str:
     ("overrides", "name"),
     [
         (["experiment=demo"], "gfm_rag_plus_demo-musique100"),
-        (["experiment=demo", "model.hidden_channels=32"], "gfm_rag_plus_demo-musique100-hidden_channels=32"),
+        (["experiment=demo", "model.gnn.hidden_channels=32"], "gfm_rag_plus_demo-musique100-hidden_channels=32"),
         (
             ["experiment=demo", "data.limit=20", "logger=[csv,wandb]", "output_dir=/tmp/x"],
             "gfm_rag_plus_demo-musique100-limit=20",
@@ -42,6 +42,14 @@ def test_eval_run_names_and_folder_safe_values():
     assert run_name("eval", ["data=toy", "retriever=[ppr]"]) == "eval-toy-retriever=ppr"
     assert run_suffix(["+model.t5=/models/t5 small", "data.split=test"]) == "-t5=_models_t5_small,split=test"
     assert run_suffix([]) == ""
+
+
+def test_a_data_file_is_named_by_its_stem():
+    """A run on data.questions=/home/me/data/dev.json was named ...questions=_home_me_data_dev.json."""
+    assert run_suffix(["data.questions=/home/me/data/dev.json", "data.corpus=corpus.json.xz"]) == (
+        "-questions=dev,corpus=corpus"
+    )
+    assert run_suffix(["data.root=/shared/data", "data.limit=20"]) == "-root=data,limit=20"
 
 
 def test_long_suffixes_stay_folder_names():

@@ -20,7 +20,8 @@ from glmrag.index.synthetic import random_kg
 from glmrag.jobs.config_check import validate_eval_config, validate_train_config
 from glmrag.jobs.config_path import RUN_ID_ENV, run_id
 from glmrag.jobs.launch import LAUNCH_VARIABLES, job_processes
-from glmrag.jobs.train import evaluation_config, last_run_folder, resume_checkpoint, resume_folder
+from glmrag.jobs.run_folder import last_run_folder, resume_checkpoint, resume_folder
+from glmrag.jobs.train import evaluation_config
 from glmrag.models.gnn_module import GNNRetrieverModule
 from glmrag.models.preemption import PreemptionCheckpoint
 from glmrag.nn.graph_inputs import graph_inputs
@@ -105,7 +106,8 @@ def test_kg_completion_gives_every_trainable_parameter_a_gradient(use_node_featu
     if use_node_features:
         graph.node_features = torch.randn(graph.num_nodes, 16)
     sizes = {"hidden_channels": 8, "num_layers": 2, "question_dim": 16, "relation_dim": 16, "node_dim": 16}
-    module = GNNRetrieverModule(**sizes, use_node_features=use_node_features, query_injection=injection, stage="kgc")
+    gnn = sizes | {"use_node_features": use_node_features, "query_injection": injection}
+    module = GNNRetrieverModule(gnn=gnn, stage="kgc")
     batch = sample_kgc_batch(graph, torch.as_tensor(index.triples[:6]), None, 8, torch.Generator().manual_seed(0))
     kgc_loss(module.gnn, graph, batch).backward()
     missing = [n for n, p in module.named_parameters() if p.requires_grad and p.grad is None]
@@ -113,7 +115,7 @@ def test_kg_completion_gives_every_trainable_parameter_a_gradient(use_node_featu
     assert any(p.requires_grad for p in module.gnn.question_proj.parameters()) == (
         use_node_features and injection != "hidden_all"
     )
-    qa = GNNRetrieverModule(**sizes)
+    qa = GNNRetrieverModule(gnn=sizes)
     assert all(p.requires_grad for p in qa.parameters())  # fine-tuning trains everything
 
 

@@ -21,13 +21,13 @@ from glmrag.data.types import Question
 from glmrag.eval import breakdowns as bd
 from glmrag.eval.metrics import qa_metrics
 from glmrag.eval.outputs import format_markdown, write_outputs  # re-exported
-from glmrag.eval.result import EvalResult
+from glmrag.eval.result import EvalResult, EvalSettings
 from glmrag.eval.significance import LEVEL, MIN_PAIRED, N_BOOT, bootstrap_ci, compare_to_reference, untested_metrics
 from glmrag.index.kg import KGIndex
 from glmrag.index.ranking_metrics import DEFAULT_KS, retrieval_metric_names, retrieval_metrics
 from glmrag.retrievers.base import Ranking
 
-__all__ = ["EvalResult", "evaluate", "format_markdown", "write_outputs"]
+__all__ = ["EvalResult", "EvalSettings", "evaluate", "format_markdown", "write_outputs"]
 
 QA_METRICS = ("em", "f1", "acc")
 ANALYSIS_METRICS = ("entity_cosine", "entity_hops")
@@ -100,6 +100,8 @@ class _Context:
     distances: list[dict[int, int]]
     q_vectors: list[np.ndarray | None]
     entity_k: int
+    evaluated: list[int]
+    """Positions of the questions with gold passages."""
 
 
 def _system_rows(
@@ -186,14 +188,8 @@ def evaluate(
     qids = [q.id for q in questions]
     answers_by_system = answers_by_system or {}
     _check_answers(answers_by_system, systems, qids)
-    q_vectors = _question_vectors(question_embeddings, questions)
 
-    distances = [bd.seed_distances(index, q.id) for q in questions]
-    features = bd.question_features(questions, index, distances)
-    evaluated = [i for i, q in enumerate(questions) if q.supporting]
-    density_label = dict(zip(evaluated, bd.density_terciles([features[i].density for i in evaluated]), strict=True))
-
-    context = _Context(index, ks, features, density_label, distances, q_vectors, entity_k)
+    context = _question_context(questions, index, ks, question_embeddings, entity_k)
     per_question = {
         system: _system_rows(system, questions, rankings, answers_by_system.get(system), context)
         for system, rankings in aligned.items()
@@ -205,25 +201,10 @@ def evaluate(
         s: {m: bootstrap_ci(v, n_boot, seed) for m, v in metric_scores.items()} for s, metric_scores in scores.items()
     }
     names = [m for m in names if any(m in overall[s] for s in systems)]
-
-    grouped: dict[str, dict[str, dict[str, dict]]] = {g: {} for g in GROUPINGS}
-    buckets = {
-        "n_supporting": [features[i].supporting_bucket for i in evaluated],
-        "hops": [features[i].hops_bucket for i in evaluated],
-        "depth": [features[i].depth_bucket for i in evaluated],
-        "density": [density_label[i] for i in evaluated],
-    }
-    for s, rows in per_question.items():
-        values = {m: [rows[i][m] for i in evaluated] for m in names}
-        for g in GROUPINGS:
-            grouped[g][s] = bd.group_means(values, buckets[g])
-
     # Analysis measures are defined on system-dependent questions, so they cannot be paired.
     testable = [m for m in names if m not in ANALYSIS_METRICS]
     if test_metrics is None:
-        test_metrics = [f"recall@{k}" for k in (2, 5) if k in ks] or [f"recall@{ks[0]}"]
-        # no question with gold passages: no retrieval metric to test (the rankings are still written)
-        test_metrics = [m for m in test_metrics if m in testable] if not evaluated else test_metrics
+        test_metrics = _default_test_metrics(ks, testable, any_gold=bool(context.evaluated))
     significance, untested = [], {}
     if reference is not None:
         unknown = [m for m in test_metrics if m not in testable]
@@ -232,6 +213,7 @@ def evaluate(
         significance = compare_to_reference(scores, reference, test_metrics, n_boot, seed, test, min_paired)
         untested = untested_metrics(scores, reference, test_metrics, min_paired)
 
+    n_gold = len(context.evaluated)
     return EvalResult(
         systems=systems,
         reference=reference,
@@ -239,21 +221,63 @@ def evaluate(
         question_ids=qids,
         per_question=per_question,
         overall=overall,
-        breakdowns=grouped,
+        breakdowns=_breakdowns(per_question, names, context, n_boot, seed),
         significance=significance,
-        counts={"questions": len(qids), "evaluated": len(evaluated), "excluded_no_gold": len(qids) - len(evaluated)},
+        counts={"questions": len(qids), "evaluated": n_gold, "excluded_no_gold": len(qids) - n_gold},
         metric_names=names,
-        settings={
-            "n_boot": n_boot,
-            "seed": seed,
-            "level": LEVEL,
-            "test": test,
-            "tested_metrics": list(test_metrics),
-            "correction": "holm-bonferroni",
-            "min_paired": min_paired,
-            "untested_metrics": untested,
-            "entity_k": entity_k,
-            "bfs_cutoff": bd.BFS_CUTOFF,
-            "density_hops": bd.DENSITY_HOPS,
-        },
+        settings=EvalSettings(
+            n_boot=n_boot,
+            seed=seed,
+            level=LEVEL,
+            test=test,
+            tested_metrics=list(test_metrics),
+            correction="holm-bonferroni",
+            min_paired=min_paired,
+            untested_metrics=untested,
+            entity_k=entity_k,
+            bfs_cutoff=bd.BFS_CUTOFF,
+            density_hops=bd.DENSITY_HOPS,
+        ),
     )
+
+
+def _question_context(
+    questions: Sequence[Question],
+    index: KGIndex,
+    ks: tuple[int, ...],
+    question_embeddings: np.ndarray | Mapping[str, np.ndarray] | None,
+    entity_k: int,
+) -> _Context:
+    """The per-question facts every system's rows share: features, buckets, seed distances, vectors."""
+    distances = [bd.seed_distances(index, q.id) for q in questions]
+    features = bd.question_features(questions, index, distances)
+    evaluated = [i for i, q in enumerate(questions) if q.supporting]
+    density_label = dict(zip(evaluated, bd.density_terciles([features[i].density for i in evaluated]), strict=True))
+    q_vectors = _question_vectors(question_embeddings, questions)
+    return _Context(index, ks, features, density_label, distances, q_vectors, entity_k, evaluated)
+
+
+def _breakdowns(
+    per_question: Mapping[str, list[dict]], names: Sequence[str], ctx: _Context, n_boot: int, seed: int
+) -> dict[str, dict[str, dict[str, dict]]]:
+    """Grouping -> system -> bucket -> means and their bootstrap CIs, over the questions with gold passages."""
+    evaluated, features = ctx.evaluated, ctx.features
+    buckets = {
+        "n_supporting": [features[i].supporting_bucket for i in evaluated],
+        "hops": [features[i].hops_bucket for i in evaluated],
+        "depth": [features[i].depth_bucket for i in evaluated],
+        "density": [ctx.density_label[i] for i in evaluated],
+    }
+    grouped: dict[str, dict[str, dict[str, dict]]] = {g: {} for g in GROUPINGS}
+    for s, rows in per_question.items():
+        values = {m: [rows[i][m] for i in evaluated] for m in names}
+        for g in GROUPINGS:
+            grouped[g][s] = bd.group_means(values, buckets[g], n_boot, seed)
+    return grouped
+
+
+def _default_test_metrics(ks: tuple[int, ...], testable: Sequence[str], any_gold: bool) -> list[str]:
+    """Recall@2 and Recall@5 (GLM-RAG App. H, Table 22), else Recall@ks[0]; without any gold passage, only
+    those still testable (the rankings are written all the same)."""
+    wanted = [f"recall@{k}" for k in (2, 5) if k in ks] or [f"recall@{ks[0]}"]
+    return wanted if any_gold else [m for m in wanted if m in testable]

@@ -1,24 +1,12 @@
-"""Writing an :class:`~glmrag.eval.evaluator.EvalResult`: JSON, JSONL and a Markdown table.
+"""Writing an :class:`~glmrag.eval.result.EvalResult`: ``metrics.json``, ``per_question.jsonl``, ``results.md``.
 
-``write_outputs`` writes three files, each atomically (a temporary file in the
-same folder, then ``os.replace``), so a reader never sees half a file:
-
-- ``metrics.json``: counts, settings, overall means with CIs per system,
-  breakdowns, and the significance table against the reference;
-- ``per_question.jsonl``: one line per system x question;
-- ``results.md``: :func:`format_markdown`.
-
-``metrics.json``'s ``headline`` holds, per system, Recall@2/@5 with what qualifies them: the share of
-questions on which each LLM decision fell back and the system whose rankings it repeats
-(:func:`~glmrag.eval.traces.llm_notes`). :func:`read_outputs` reads the three files back into an
-:class:`EvalResult`, so the tables of a stored run can be written again by newer code (``rewrite_outputs``)
-without rerunning it.
-
-Two tables come from ``result.settings`` when the evaluation job put them there (``eval.py qa=true``,
-or a retriever that calls an LLM): ``qa_baselines`` (baseline -> EM/F1 intervals of the QA baselines
-that have no ranking, GLM-RAG §5.1 e and Table 8) and ``llm_cost`` (system -> ``retriever`` /
-``reader`` / ``total`` -> mean per question of :data:`COST_FIELDS`), shown next to ``ms_per_question``.
-Per-question rows then carry the totals as :func:`cost_columns` (``llm_calls``, ...).
+:func:`write_outputs` writes each file atomically. ``metrics.json`` holds counts, ``settings`` (the evaluator's
+and the evaluation job's, :meth:`~glmrag.eval.result.EvalResult.settings_json`), the ``warnings`` printed above
+the table, the overall means with CIs, breakdowns, significance against the reference, and a ``headline``:
+per system Recall@2/@5 with the share of questions on which each LLM decision fell back and the system whose
+rankings it repeats (:func:`~glmrag.eval.traces.llm_notes`). :func:`read_outputs` reads the files back, so
+:func:`rewrite_outputs` can write a stored run's tables again with newer code. Per-question rows carry a
+system's LLM cost as :func:`cost_columns`.
 """
 
 from __future__ import annotations
@@ -104,7 +92,7 @@ def format_markdown(result: EvalResult) -> str:
     ]
     for system in result.systems:
         name = f"{system} (ref)" if system == result.reference else system
-        if system in result.settings.get("train_overlap", {}):
+        if system in result.train_overlap:
             name += " (trained on these questions)"
         if notes_by_system[system]["identical_to"]:
             name += f" (= {notes_by_system[system]['identical_to']})"
@@ -117,12 +105,12 @@ def format_markdown(result: EvalResult) -> str:
     notes = [
         f"{c['evaluated']} questions with gold passages ({c['excluded_no_gold']} without gold excluded from "
         f"retrieval metrics; QA metrics over all {c['questions']}). Values ×100; brackets: "
-        f"{result.settings.get('level', 0.95):.0%} bootstrap CI ({result.settings.get('n_boot')} resamples).",
+        f"{result.settings.level:.0%} bootstrap CI ({result.settings.n_boot} resamples).",
         "Filtered R@k (GFM-RAG's training-time metric) ranks each gold passage only against the non-gold "
         "passages and overstates recall; it is not comparable with Recall@k.",
     ]
     notes += _llm_notes_lines(result, notes_by_system)
-    warning = overlap_note(result.settings.get("train_overlap", {}))
+    warning = overlap_note(result.train_overlap)
     if warning:
         notes.insert(0, warning)
     if c["evaluated"] == 0:
@@ -132,22 +120,24 @@ def format_markdown(result: EvalResult) -> str:
     fell_back = fallback_warning(notes_by_system)
     if fell_back:
         notes.insert(0, f"**{fell_back}**")
-    untested = result.settings.get("untested_metrics") or {}
+    untested = result.settings.untested_metrics
     if result.reference is not None and untested:
         counts = ", ".join(f"{_label(m)} on {n}" for m, n in untested.items())
         notes.append(
             f"No significance markers for {counts} paired question(s): a paired test needs at least "
-            f"{result.settings.get('min_paired')} (with fewer, the bootstrap has no spread to test against)."
+            f"{result.settings.min_paired} (with fewer, the bootstrap has no spread to test against)."
         )
     if result.reference is not None and result.significance:
-        tested = ", ".join(_label(m) for m in result.settings.get("tested_metrics", []))
+        tested = ", ".join(_label(m) for m in result.settings.tested_metrics)
         notes.append(
-            f"Paired {result.settings.get('test', 'bootstrap')} test vs {result.reference} on {tested}, "
+            f"Paired {result.settings.test} test vs {result.reference} on {tested}, "
             f"Holm-Bonferroni corrected over {len(result.significance)} comparisons (GLM-RAG App. H): "
             f"\\*/\\*\\*/\\*\\*\\* = {result.reference} significantly better (p < .05/.01/.001), "
             f"† = significantly worse."
         )
     lines += [""] + [f"{n}  " for n in notes[:-1]] + [notes[-1]]
+    if result.warnings:  # above the table: a reader must not take the numbers without them
+        lines = [f"**{w}**  " for w in result.warnings[:-1]] + [f"**{result.warnings[-1]}**", ""] + lines
 
     analysis = [m for m in ("entity_cosine", "entity_hops") if m in result.metric_names]
     if analysis:
@@ -157,9 +147,9 @@ def format_markdown(result: EvalResult) -> str:
             lines.append(f"| {system} | " + " | ".join(cells) + " |")
         lines += [
             "",
-            f"Analysis measures (GLM-RAG §6, App. G) over the top-{result.settings.get('entity_k')} retrieved "
+            f"Analysis measures (GLM-RAG §6, App. G) over the top-{result.settings.entity_k} retrieved "
             "entities: mean question-entity cosine, and mean hop distance from the seeds over reachable "
-            f"entities (BFS cutoff {result.settings.get('bfs_cutoff')}); – = the system returns no entities.",
+            f"entities (BFS cutoff {result.settings.bfs_cutoff}); – = the system returns no entities.",
         ]
     sections = _timing_lines(result) + _qa_baseline_lines(result) + _cost_lines(result) + summary_lines(result)
     return "\n".join(lines + sections) + "\n"
@@ -189,7 +179,7 @@ def _llm_notes_lines(result: EvalResult, notes: dict[str, dict]) -> list[str]:
 
 def _timing_lines(result: EvalResult) -> list[str]:
     """One-off setup and per-question time of each system (glmrag/eval/timing.py); [] when not measured."""
-    ms, setup = result.settings.get("ms_per_question", {}), result.settings.get("setup_seconds")
+    ms, setup = result.ms_per_question, result.setup_seconds
     if not ms or setup is None:
         return []
     lines = ["", "| System | Setup s | ms / question |", "|---|---:|---:|"]
@@ -206,9 +196,8 @@ def _timing_lines(result: EvalResult) -> list[str]:
 
 
 def _qa_baseline_lines(result: EvalResult) -> list[str]:
-    """The QA baselines' EM/F1 with CIs (``settings.qa_baselines``), and a note on the reader; [] without QA."""
-    baselines = result.settings.get("qa_baselines")
-    qa = result.settings.get("qa")
+    """The QA baselines' EM/F1 with CIs (``result.qa_baselines``), and a note on the reader; [] without QA."""
+    baselines, qa = result.qa_baselines, result.qa
     lines: list[str] = []
     if baselines:
         lines += ["", "| QA baseline | EM | F1 |", "|---|---:|---:|"]
@@ -232,11 +221,10 @@ def _qa_baseline_lines(result: EvalResult) -> list[str]:
 
 
 def _cost_lines(result: EvalResult) -> list[str]:
-    """Mean LLM cost per question of each system (``settings.llm_cost``) beside ms per question; [] without."""
-    costs = result.settings.get("llm_cost")
+    """Mean LLM cost per question of each system (``result.llm_cost``) beside ms per question; [] without."""
+    costs, ms = result.llm_cost, result.ms_per_question
     if not costs:
         return []
-    ms = result.settings.get("ms_per_question", {})
     lines = ["", "| System | ms / question | " + " | ".join(_COST_LABELS) + " |", "|---|" + "---:|" * 5]
     for system, parts in costs.items():
         total = parts["total"]
@@ -285,7 +273,8 @@ def metrics_json(result: EvalResult) -> dict:
             "ks": result.ks,
             "headline": headline(result),
             "counts": result.counts,
-            "settings": result.settings,
+            "warnings": result.warnings,
+            "settings": result.settings_json(),
             "metrics": result.metric_names,
             "overall": result.overall,
             "breakdowns": result.breakdowns,
@@ -351,12 +340,7 @@ def read_outputs(output_dir: str | os.PathLike) -> EvalResult:
         )
         for c in m.get("significance", [])
     ]
-    settings = m.get("settings", {})
-    if settings.get("qa_baselines"):  # baseline -> metric -> Interval, as the evaluation job sets them
-        settings["qa_baselines"] = {
-            b: {k: _interval(v) for k, v in scores.items()} for b, scores in settings["qa_baselines"].items()
-        }
-    return EvalResult(
+    result = EvalResult(
         systems=list(m["systems"]),
         reference=m["reference"],
         ks=tuple(m["ks"]),
@@ -367,8 +351,13 @@ def read_outputs(output_dir: str | os.PathLike) -> EvalResult:
         significance=significance,
         counts=m["counts"],
         metric_names=list(m["metrics"]),
-        settings=settings,
+        warnings=list(m.get("warnings", [])),
     )
+    result.load_settings_json(m.get("settings", {}))
+    result.qa_baselines = {  # baseline -> metric -> Interval, as the evaluation job sets them
+        b: {k: _interval(v) for k, v in scores.items()} for b, scores in result.qa_baselines.items()
+    }
+    return result
 
 
 def rewrite_outputs(output_dir: str | os.PathLike) -> dict[str, Path]:

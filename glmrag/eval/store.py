@@ -1,15 +1,9 @@
-"""The results store: one folder per run under a study's results folder, read back by ``glmrag.jobs.report``.
+"""The results store: one folder per run under a study's ``results_dir``, read back by ``glmrag report``.
 
-``train.py`` and ``eval.py`` each file their run under ``results_dir`` (``results/<study>``)::
-
-    <results_dir>/<run id>/metrics.json   the evaluator's metrics.json (glmrag.eval.outputs.metrics_json),
-                                          plus "run" (who, on what data, key settings, parameter count)
-                                          and "trainer" (the Trainer's metrics, test/* included)
-    <results_dir>/<run id>/config.yaml    the run's resolved config
-
-A run folder is assembled under a hidden temporary name and then renamed into place, so a reader sees
-a whole run or none of it; each file is also written with :func:`glmrag.io.atomic_write_text`. A run id
-already taken gets ``-2``, ``-3``, ... appended: a later run never overwrites an earlier one.
+``train.py`` and ``eval.py`` each file a run as ``<results_dir>/<run id>/``: ``metrics.json`` (the evaluator's,
+plus ``run``: who, on what data, key settings, parameters, warnings; and ``trainer``: the Trainer's metrics)
+and ``config.yaml`` (the resolved config). A folder appears whole, in one rename; a run id already taken gets
+``-2``, ``-3``, ...: a later run never overwrites an earlier one.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
-"""Paper-style tables of a study: the runs of one results folder (:mod:`glmrag.eval.store`) side by side.
+"""A study's tables: the runs of one results folder (:mod:`glmrag.eval.store`) side by side, Recall@2/@5 with CIs.
 
-Two views of the same numbers (Recall@2 and Recall@5, means with 95% bootstrap CIs):
+- the **paper table** (GLM-RAG Tables 1, 3, 16, 19): a row per value the study varies within a family
+  (:func:`swept_keys`), a column per family (``family`` in the run's config);
+- the **runs table**: every system of every run, the trained one first (``(ref)``), its baselines with their
+  App. H markers against it, parameter count, time per question (Table 7), LLM fallback shares and
+  ``(= system)`` marks from each run's ``metrics.json`` headline.
 
-- the **paper table** (GLM-RAG Tables 1, 3, 16, 19): one row per value of what the study varies within a
-  system family (:func:`swept_keys`: the training x test set of Table 1, the triplet budget of Table 3,
-  the T5 / hidden-size pair of Table 19, the number of training questions of Fig. 7) and one column
-  per family (``family`` in the run's config: GFM-RAG*, GFM-RAG+, GLM-RAG, ...);
-- the **runs table**: every system of every run, the trained one first (``(ref)``), its baselines with
-  the evaluator's App. H markers against it, the run's parameter count and, where measured, the
-  retrieval time per question (GLM-RAG Table 7). An LLM method's row also shows on how many questions each
-  of its LLM decisions fell back, and a row whose rankings equal another system's of the same run is marked
-  ``(= that system)`` (``metrics.json``'s ``headline``, :func:`glmrag.eval.traces.llm_notes`).
-
-Significance markers are those of each run's own ``metrics.json`` (paired tests on the same questions
-against that run's trained system); runs are not tested against each other.
+Markers are each run's own (paired tests on the same questions); runs are not tested against each other.
 """
 
 from __future__ import annotations

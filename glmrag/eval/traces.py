@@ -174,8 +174,9 @@ def question_fallbacks(trace: Mapping) -> list[str] | None:
 
 
 def add_traces(result: EvalResult, retrievers: Mapping[str, object]) -> None:
-    """Put each traced retriever's traces into its rows (with :func:`question_fallbacks` as ``fell_back``), and
-    its summary and index cost into the settings; log :func:`fallback_warning` when there is one."""
+    """Put each traced retriever's traces into its rows (with :func:`question_fallbacks` as ``fell_back``), its
+    summary and index cost into ``result.method_summary`` and ``result.index_llm_cost``; log
+    :func:`fallback_warning` when there is one."""
     summaries, index_cost = {}, {}
     for system, retriever in retrievers.items():
         traces = getattr(retriever, "traces", None)
@@ -193,10 +194,8 @@ def add_traces(result: EvalResult, retrievers: Mapping[str, object]) -> None:
         index = getattr(retriever, "index_llm_cost", None)
         if callable(index):
             index_cost[system] = {tag: u.cost() for tag, u in index().items()}
-    if summaries:
-        result.settings["method_summary"] = summaries
-    if index_cost:
-        result.settings["index_llm_cost"] = index_cost
+    result.method_summary |= summaries
+    result.index_llm_cost |= index_cost
     warning = fallback_warning(llm_notes(result))
     if warning:
         log.warning(warning)
@@ -248,10 +247,10 @@ def identical_systems(result: EvalResult, among: set[str] | None = None) -> dict
 def llm_notes(result: EvalResult) -> dict[str, dict]:
     """System -> ``{"fallbacks": system_fallbacks or None, "identical_to": system or None}``; ``identical_to``
     only where one of the pair is an LLM method (its trace records LLM decisions, or its retriever called an
-    LLM: ``settings.llm_cost``, for runs stored before traces)."""
-    summaries = result.settings.get("method_summary") or {}
+    LLM: ``result.llm_cost``, for runs stored before traces)."""
+    summaries = result.method_summary
     fallbacks = {s: system_fallbacks(result.per_question.get(s, []), summaries.get(s)) for s in result.systems}
-    costs = result.settings.get("llm_cost") or {}
+    costs = result.llm_cost
     llm = {s for s in result.systems if fallbacks[s] is not None or costs.get(s, {}).get("retriever", {}).get("calls")}
     twins = identical_systems(result, among=llm)
     return {s: {"fallbacks": fallbacks[s], "identical_to": twins.get(s)} for s in result.systems}
@@ -291,7 +290,7 @@ def _counts(group: Mapping) -> str:
 def summary_lines(result: EvalResult) -> list[str]:
     """Markdown: one line per traced system with its summary groups, and the index cost table; [] without."""
     lines: list[str] = []
-    summaries = result.settings.get("method_summary") or {}
+    summaries = result.method_summary
     if summaries:
         lines += ["", "| System | What the method did (counts over questions) |", "|---|---|"]
         for system, groups in summaries.items():
@@ -302,7 +301,7 @@ def summary_lines(result: EvalResult) -> list[str]:
             "Per-question traces are in per_question.jsonl (field `trace`); counts from each method's "
             "trace_summary() (metrics.json settings.method_summary).",
         ]
-    judged = result.settings.get("acc_llm_judge") or {}
+    judged = result.acc_llm_judge
     if judged:
         label = next(iter(judged.values()))["label"]
         lines += ["", f"| System | {label} | Judged | Unreadable |", "|---|---:|---:|---:|"]
@@ -314,7 +313,7 @@ def summary_lines(result: EvalResult) -> list[str]:
             "ACC by an LLM judge (glmrag.qa.accuracy): the reader's LLM asked whether each answer means "
             "the gold one; a stand-in for DTKG's similarity-model ACC, not the paper's metric.",
         ]
-    index_cost = {s: tags for s, tags in (result.settings.get("index_llm_cost") or {}).items() if tags}
+    index_cost = {s: tags for s, tags in result.index_llm_cost.items() if tags}
     if index_cost:
         lines += [
             "",

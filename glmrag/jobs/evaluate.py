@@ -1,30 +1,26 @@
-"""The evaluation job: dataset -> cached KG index -> retrievers -> (QA reader) -> evaluator -> reports.
+"""The evaluation job (``eval.py``): dataset -> cached KG index -> retrievers -> (QA reader) -> evaluator -> reports.
 
-This is the one place that wires the layers together from a Hydra config
-(``configs/eval.yaml``); ``eval.py`` is a thin wrapper around :func:`run_eval`.
-
-With ``qa=true`` every system also answers its questions (GLM-RAG §4.3, App. E): a retriever that
-answers itself (:class:`~glmrag.retrievers.base.AnsweringRetriever`) keeps its answers, every other
-one's top passages go to the reader (``cfg.reader``, a :class:`~glmrag.qa.QAReader`), and the
-evaluator adds EM/F1. The QA baselines of ``cfg.qa_baselines`` have no ranking, so they are scored
-apart (``settings.qa_baselines``). Whenever an LLM was used, each system's LLM cost per question
-(its retriever's, :class:`~glmrag.retrievers.base.LLMCostedRetriever`, plus the reader's) goes into
-``per_question.jsonl`` (``llm_*`` columns) and its mean into ``settings.llm_cost``.
+:func:`run_eval` runs the stages of ``configs/eval.yaml`` in order: :func:`load_questions`, :func:`rank_all`,
+:func:`answer_all` (with ``qa=true``: the reader answers from each system's top passages, GLM-RAG §4.3, App. E),
+:func:`score`, :func:`add_llm_fields` (LLM cost per question, failures, traces), then the table and the files.
+The training job hands its best checkpoint to :func:`run_eval` in a config composed from the same file.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from glmrag.data.files import register_data
 from glmrag.data.registry import load_dataset
-from glmrag.data.types import Corpus, Question
+from glmrag.data.types import Corpus, Dataset, Question
 from glmrag.eval import EvalResult, evaluate, format_markdown, write_outputs
 from glmrag.eval.llm_failures import GuardedRetrieval, failure_summary
 from glmrag.eval.metrics import qa_metrics
@@ -38,9 +34,10 @@ from glmrag.index.cache import get_index
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
 from glmrag.io import check_room, children_die_with_parent
-from glmrag.jobs import config_path  # noqa: F401  (registers ${glmrag_overrides:}, used by the run names)
+from glmrag.jobs.common import checkpoint_run_name, hydra_overrides, resolved_config_yaml
 from glmrag.jobs.config_check import validate_eval_config
 from glmrag.llm.base import COST_FIELDS, LLMBudgetExceeded, Usage, failure_budget
+from glmrag.progress import stage_progress
 from glmrag.qa import ANSWER_FALLBACK, QAReader, baseline_contexts
 from glmrag.qa.accuracy import LLMJudge, add_judged_accuracy
 from glmrag.retrievers.base import AnsweringRetriever, LLMCostedRetriever, Ranking, Retriever
@@ -170,22 +167,23 @@ def add_qa_and_cost_columns(
                 row.update(zip(cost_columns(), total.cost().values(), strict=True))
 
 
-def run_eval(cfg: DictConfig) -> EvalResult:
+def run_eval(cfg: DictConfig, warnings: Sequence[str] = ()) -> EvalResult:
     """Rank the questions of ``cfg.data`` with every retriever in ``cfg.retriever`` and evaluate them together;
     with ``cfg.qa`` also answer them with ``cfg.reader`` and score the answers and the ``cfg.qa_baselines``.
 
-    The config is checked first (:func:`~glmrag.jobs.config_check.validate_eval_config`). A question whose LLM
-    calls fail is scored as failed and counted (``settings.llm_failures``); once more than
-    ``cfg.max_llm_failures`` calls failed, the rest is scored as failed, the outputs are written, and
-    :class:`~glmrag.llm.base.LLMBudgetExceeded` is raised.
+    The config is checked first (:func:`~glmrag.jobs.config_check.validate_eval_config`). ``warnings`` go above
+    the table (the training job's "no better than before training"). A question whose LLM calls fail is scored
+    as failed and counted (``result.llm_failures``); once more than ``cfg.max_llm_failures`` calls failed, the
+    rest is scored as failed, the outputs are written, and :class:`~glmrag.llm.base.LLMBudgetExceeded` is raised.
     """
     validate_eval_config(cfg)
     check_room(cfg.output_dir, "output_dir")  # a full disk fails now, not after every system has run
     check_room(cfg.index.cache_dir, "the index cache")
     register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
     children_die_with_parent()  # spaCy / DataLoader workers must not outlive a killed job
+    cfg = with_system_names(cfg)
     with failure_budget(cfg.get("max_llm_failures")) as budget:
-        result = _run_eval(cfg)
+        result = _run_eval(cfg, list(warnings))
     if budget.exceeded:
         raise LLMBudgetExceeded(
             f"{budget.failures} LLM calls failed, more than max_llm_failures={budget.max_failures}; the questions "
@@ -194,10 +192,86 @@ def run_eval(cfg: DictConfig) -> EvalResult:
     return result
 
 
-def _run_eval(cfg: DictConfig) -> EvalResult:
-    full = load_dataset(cfg.data.name, root=cfg.data.root)
-    # a checkpoint is scored on the questions it did not train on (glmrag/eval/overlap.py)
-    split, overlap = choose_split(cfg.data.name, cfg.data.split, cfg.retriever, cfg.get("allow_train_overlap", False))
+GENERIC_CHECKPOINT = "checkpoint"
+"""The key of ``configs/retriever/checkpoint.yaml``: a system of that name is renamed after its run."""
+
+
+def checkpoint_name(ckpt_path: str) -> str:
+    """The run a checkpoint of ``train.py`` belongs to (saved in it), else the file's stem."""
+    return checkpoint_run_name(ckpt_path) or Path(ckpt_path).stem
+
+
+def system_names(retrievers: Mapping[str, Any]) -> dict[str, str]:
+    """Retriever key -> its name in the tables: the key, but the generic ``checkpoint`` named by its run
+    (:func:`checkpoint_name`; ``<run>/<file stem>`` when another system has that name)."""
+    names = {key: key for key in retrievers}
+    node = retrievers.get(GENERIC_CHECKPOINT)
+    if node is not None and node.get("ckpt_path"):
+        name = checkpoint_name(str(node["ckpt_path"]))
+        if name in names:
+            name = f"{name}/{Path(str(node['ckpt_path'])).stem}"
+        names[GENERIC_CHECKPOINT] = name
+    return names
+
+
+def with_system_names(cfg: DictConfig) -> DictConfig:
+    """``cfg`` with ``retriever`` keyed by :func:`system_names` (and ``reference`` to match); ``cfg`` itself as it
+    is when no key changes."""
+    names = system_names(cfg.retriever)
+    if all(key == name for key, name in names.items()):
+        return cfg
+    renamed = copy.deepcopy(cfg)
+    renamed.retriever = {names[key]: node for key, node in cfg.retriever.items()}
+    if cfg.get("reference") in names:
+        renamed.reference = names[cfg.reference]
+    log.info("systems named %s", ", ".join(f"{k} -> {v}" for k, v in names.items() if k != v))
+    return renamed
+
+
+@dataclass
+class Ranked:
+    """The retrieval stage's output: each system's rankings and what was measured while ranking."""
+
+    rankings: dict[str, list[Ranking]] = field(default_factory=dict)
+    failed: dict[str, list[str]] = field(default_factory=dict)
+    """System -> questions whose retrieval failed (scored as failed)."""
+    setup_seconds: dict[str, float | None] = field(default_factory=dict)
+    ms_per_question: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Answered:
+    """The QA stage's output (empty without ``qa``): the reader and the answers of the systems and baselines."""
+
+    reader: QAReader | None = None
+    answers: dict[str, dict[str, str]] | None = None
+    baselines: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def _run_eval(cfg: DictConfig, warnings: list[str]) -> EvalResult:
+    dataset, questions, split, overlap = load_questions(cfg)
+    index = get_index(load_dataset(cfg.data.name, root=cfg.data.root), cfg.index)
+    retrievers = make_retrievers(cfg.retriever)
+    ranked = rank_all(cfg, retrievers, questions, index, dataset.corpus)
+    answered = answer_all(cfg, retrievers, ranked.rankings, questions, index, dataset.corpus)
+    result = score(cfg, ranked.rankings, questions, index, answered.answers)
+    result.warnings = warnings
+    result.ms_per_question, result.setup_seconds = ranked.ms_per_question, ranked.setup_seconds
+    result.data_split, result.train_overlap = split, overlap
+    add_llm_fields(result, cfg, retrievers, questions, ranked, answered)
+    result.config = OmegaConf.to_container(cfg, resolve=True)
+    print(format_markdown(result))  # first: the table is on the screen even when the disk is full
+    paths = write_outputs(result, cfg.output_dir)
+    print(f"\nwritten: {', '.join(str(p) for p in paths.values())}")
+    return result
+
+
+def load_questions(cfg: DictConfig) -> tuple[Dataset, list[Question], str | None, dict[str, str]]:
+    """The dataset of ``cfg.data``, its questions, the split they come from, and system -> the questions it
+    trained on (empty unless ``allow_train_overlap``: a checkpoint is scored on questions it did not see,
+    glmrag/eval/overlap.py)."""
+    allow = cfg.get("allow_train_overlap", False)
+    split, overlap = choose_split(cfg.data.name, cfg.data.split, cfg.retriever, allow)
     dataset = load_dataset(cfg.data.name, split=split, limit=cfg.data.limit, root=cfg.data.root)
     log.info(
         "%s: %d questions, %d passages; %s",
@@ -207,43 +281,63 @@ def _run_eval(cfg: DictConfig) -> EvalResult:
         dataset.report.summary(),
     )
     questions = list(dataset.qa)
-    overlap |= seen_questions(questions, cfg.retriever, cfg.get("allow_train_overlap", False))
-    index = get_index(full, cfg.index)
+    overlap |= seen_questions(questions, cfg.retriever, allow)
+    return dataset, questions, split, overlap
 
-    retrievers = make_retrievers(cfg.retriever)
-    rankings: dict[str, list[Ranking]] = {}
-    failed: dict[str, list[str]] = {}
-    ms_per_question: dict[str, float] = {}
+
+def rank_all(
+    cfg: DictConfig, retrievers: Mapping[str, Retriever], questions: list[Question], index: KGIndex, corpus: Corpus
+) -> Ranked:
+    """Every system's rankings, timed (glmrag/eval/timing.py), each appended to ``rankings.jsonl`` as it finishes."""
     # top_k null: every passage is ranked, so MRR is the reciprocal rank in the full ranking
-    depth = len(dataset.corpus) if cfg.top_k is None else cfg.top_k
-    setup_seconds: dict[str, float | None] = {}
-    log_rankings = RankingLog(Path(cfg.output_dir) / RANKINGS_FILE, keep=max(cfg.ks))
+    depth = len(corpus) if cfg.top_k is None else cfg.top_k
+    ranking_log = RankingLog(Path(cfg.output_dir) / RANKINGS_FILE, keep=max(cfg.ks))
+    out = Ranked()
     for name, retriever in retrievers.items():
-        guarded = GuardedRetrieval(name, retriever, index, dataset.corpus, depth)
-        rankings[name], setup_seconds[name], ms_per_question[name] = timed_retrieve(
-            retriever, questions, index, dataset.corpus, depth, run=guarded
-        )
-        failed[name] = guarded.failed
-        log_rankings.append(name, rankings[name])  # kept if anything later fails (a full disk, a crash)
-        setup = "not separated" if setup_seconds[name] is None else f"{setup_seconds[name]:.1f} s"
-        log.info("%s: setup %s, %.1f ms per question", name, setup, ms_per_question[name])
+        guarded = GuardedRetrieval(name, retriever, index, corpus, depth)
+        with stage_progress(f"{name}: retrieval of {len(questions)} questions"):  # a line every 15 s in a log
+            out.rankings[name], out.setup_seconds[name], out.ms_per_question[name] = timed_retrieve(
+                retriever, questions, index, corpus, depth, run=guarded
+            )
+        out.failed[name] = guarded.failed
+        ranking_log.append(name, out.rankings[name])  # kept if anything later fails (a full disk, a crash)
+        setup = "not separated" if out.setup_seconds[name] is None else f"{out.setup_seconds[name]:.1f} s"
+        log.info("%s: setup %s, %.1f ms per question", name, setup, out.ms_per_question[name])
+    return out
 
-    reader: QAReader | None = None
-    answers: dict[str, dict[str, str]] | None = None
-    baselines: dict[str, dict[str, str]] = {}
-    if cfg.qa:
-        names = list(cfg.qa_baselines or [])
-        clash = sorted(set(names) & set(retrievers))
-        if clash:
-            raise ValueError(f"qa_baselines {clash} share a name with a retriever; rename the retriever key")
-        reader = make_reader(cfg.reader)
-        answers = answer_systems(reader, retrievers, rankings, questions, dataset.corpus)
-        baselines = answer_baselines(reader, names, questions, index, cfg.qa_subgraph)
 
+def answer_all(
+    cfg: DictConfig,
+    retrievers: Mapping[str, Retriever],
+    rankings: Mapping[str, list[Ranking]],
+    questions: list[Question],
+    index: KGIndex,
+    corpus: Corpus,
+) -> Answered:
+    """With ``cfg.qa``: every system's answers and the QA baselines' (GLM-RAG §4.3, App. E); else nothing."""
+    if not cfg.qa:
+        return Answered()
+    names = list(cfg.qa_baselines or [])
+    clash = sorted(set(names) & set(retrievers))
+    if clash:
+        raise ValueError(f"qa_baselines {clash} share a name with a retriever; rename the retriever key")
+    reader = make_reader(cfg.reader)
+    answers = answer_systems(reader, retrievers, rankings, questions, corpus)
+    return Answered(reader, answers, answer_baselines(reader, names, questions, index, cfg.qa_subgraph))
+
+
+def score(
+    cfg: DictConfig,
+    rankings: Mapping[str, list[Ranking]],
+    questions: list[Question],
+    index: KGIndex,
+    answers: Mapping[str, Mapping[str, str]] | None,
+) -> EvalResult:
+    """The evaluator over every system (the entity-cosine analysis when the index has entity embeddings)."""
     question_embeddings = None
     if index.entity_embeddings is not None and cfg.index.embed_model:
         question_embeddings = Embedder(cfg.index.embed_model).encode([q.question for q in questions])
-    result = evaluate(
+    return evaluate(
         rankings,
         questions,
         index,
@@ -254,55 +348,40 @@ def _run_eval(cfg: DictConfig) -> EvalResult:
         seed=cfg.seed,
         answers_by_system=answers,
     )
-    # warm wall time of retrieve() per question, one-off setup apart (glmrag/eval/timing.py; GLM-RAG
-    # Table 7 measures it on a GPU: benchmarks/gpu_gnn.py, benchmarks/gpu_glm.py)
-    result.settings["ms_per_question"] = ms_per_question
-    result.settings["setup_seconds"] = setup_seconds
-    result.settings["data_split"] = split
-    if overlap:
-        result.settings["train_overlap"] = overlap
+
+
+def add_llm_fields(
+    result: EvalResult,
+    cfg: DictConfig,
+    retrievers: Mapping[str, Retriever],
+    questions: list[Question],
+    ranked: Ranked,
+    answered: Answered,
+) -> None:
+    """What the LLMs cost and did, into ``result``: costs per question and their means, failures, traces, the
+    judge's ACC (DTKG §4.1, labelled as such), the reader's settings and the QA baselines' scores."""
+    reader, baselines = answered.reader, answered.baselines
     costs: dict[str, list[dict[str, Usage]]] = {}
     if reader is not None or any(isinstance(r, LLMCostedRetriever) for r in retrievers.values()):
         costs = llm_costs([*retrievers, *baselines], retrievers, reader, questions)
-        result.settings["llm_cost"] = mean_costs(costs)
-    add_qa_and_cost_columns(result, answers, costs)
-    result.settings["llm_failures"] = failure_summary(failed, costs)
+        result.llm_cost = mean_costs(costs)
+    add_qa_and_cost_columns(result, answered.answers, costs)
+    result.llm_failures = failure_summary(ranked.failed, costs)
     add_traces(result, retrievers)  # what each LLM method decided per question; its summary and index cost
-    if reader is not None and cfg.get("qa_judge", False):  # ACC by an LLM judge, labelled as such (DTKG §4.1)
-        result.settings["acc_llm_judge"] = add_judged_accuracy(result.per_question, questions, LLMJudge(reader.llm))
-    if reader is not None:
-        by_method = reader.llm.usage.by_method()
-        read = [s for s in [*retrievers, *baselines] if not isinstance(retrievers.get(s), AnsweringRetriever)]
-        result.settings["qa"] = reader.settings() | {
-            "baselines": list(baselines),
-            "subgraph": OmegaConf.to_container(cfg.qa_subgraph, resolve=True),
-            "answered_by_retriever": [s for s in retrievers if s not in read],
-            # answers taken from a response without "Answer: ..." (glmrag.qa.reader.parse_answer)
-            "answer_fallbacks": {s: by_method.get(reader_tag(s), Usage()).events.get(ANSWER_FALLBACK, 0) for s in read},
-        }
-        result.settings["qa_baselines"] = baseline_scores(baselines, questions, cfg.n_boot, cfg.seed)
-    result.settings["config"] = OmegaConf.to_container(cfg, resolve=True)
-    print(format_markdown(result))  # first: the table is on the screen even when the disk is full
-    paths = write_outputs(result, cfg.output_dir)
-    print(f"\nwritten: {', '.join(str(p) for p in paths.values())}")
-    return result
-
-
-def hydra_overrides() -> list[str]:
-    """The command-line overrides of this Hydra job (a multirun job's include its swept values); [] outside Hydra."""
-    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-
-
-def resolved_config_yaml(cfg: DictConfig) -> str:
-    """``cfg`` without its ``hydra`` node, interpolations resolved, as YAML.
-
-    Resolved through ``cfg`` itself, not a copy, so cached resolvers keep the values the run used
-    (``${now:...}`` in ``checkpoint_dir`` is the time the run started, not the time of writing).
-    """
-    nodes = {key: cfg[key] for key in cfg if key != "hydra"}
-    return OmegaConf.to_yaml(
-        {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v for k, v in nodes.items()}
-    )
+    if reader is None:
+        return
+    if cfg.get("qa_judge", False):
+        result.acc_llm_judge = add_judged_accuracy(result.per_question, questions, LLMJudge(reader.llm))
+    by_method = reader.llm.usage.by_method()
+    read = [s for s in [*retrievers, *baselines] if not isinstance(retrievers.get(s), AnsweringRetriever)]
+    result.qa = reader.settings() | {
+        "baselines": list(baselines),
+        "subgraph": OmegaConf.to_container(cfg.qa_subgraph, resolve=True),
+        "answered_by_retriever": [s for s in retrievers if s not in read],
+        # answers taken from a response without "Answer: ..." (glmrag.qa.reader.parse_answer)
+        "answer_fallbacks": {s: by_method.get(reader_tag(s), Usage()).events.get(ANSWER_FALLBACK, 0) for s in read},
+    }
+    result.qa_baselines = baseline_scores(baselines, questions, cfg.n_boot, cfg.seed)
 
 
 def store_eval_run(cfg: DictConfig, result: EvalResult) -> Path:

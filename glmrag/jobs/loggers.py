@@ -1,23 +1,20 @@
-"""What a training job hands its loggers after fitting, and how it lets them go.
+"""A training job's loggers: the wandb logger and its mode, what they get after fitting, how they are let go.
 
-* :func:`closing`: a job's loggers, finished when the job ends, also when it raises (the
-  lightning-hydra-template's ``close_loggers`` habit in a ``finally``). wandb keeps one global run per
-  process: without this, jobs 2..N of a Hydra multirun, and GFM-RAG's fine-tuning after its
-  KG-completion pretraining, logged into the first job's run, and a job that failed left its run
-  active for the next one (Lightning's own teardown finalizes a WandbLogger but never finishes its run).
-* :func:`log_evaluation`: the evaluator's table (one row per system) and the per-question rankings
-  as ``wandb.Table``, its figures (PNG files the job wrote) as ``wandb.Image``, and the best
-  checkpoint: an artifact when the run is online, a copy in the run's own folder when offline
-  (``wandb sync`` uploads that folder later; an offline run keeps its images under
-  ``files/media/images``).
+* :func:`wandb_logger` (``configs/logger/wandb.yaml``): offline unless the user is logged in to wandb.
+* :func:`closing`: a job's loggers, finished when the job ends, also when it raises; wandb keeps one run per
+  process, so without it the next job of a Hydra multirun (or GFM-RAG's fine-tuning after its pretraining)
+  logged into this job's run.
+* :func:`log_evaluation`: the evaluator's table and per-question rankings as ``wandb.Table``, its figures as
+  ``wandb.Image``, and the best checkpoint (an artifact online, a copy in the run folder offline).
 
-Loggers other than :class:`~lightning.pytorch.loggers.WandbLogger` get nothing here but
-``finalize``; wandb is imported only when a WandbLogger is in use.
+Loggers other than :class:`~lightning.pytorch.loggers.WandbLogger` get nothing here but ``finalize``.
 """
 
 from __future__ import annotations
 
 import logging
+import netrc
+import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -32,6 +29,47 @@ log = logging.getLogger(__name__)
 TABLE_KEY = "eval/table"
 RANKINGS_KEY = "eval/rankings"
 CHECKPOINT_ARTIFACT = "best_checkpoint"
+WANDB_HOST = "api.wandb.ai"
+
+
+def wandb_logged_in() -> bool:
+    """True when wandb has credentials: ``WANDB_API_KEY`` or a ``~/.netrc`` entry from ``wandb login``.
+
+    Only checks that they exist; the key itself is read by wandb, never by glmrag.
+    """
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators(WANDB_HOST) is not None
+    except (FileNotFoundError, netrc.NetrcParseError):
+        return False
+
+
+def resolve_wandb_mode(mode: str) -> str:
+    """``auto`` becomes ``$WANDB_MODE`` when set (``WANDB_MODE=disabled python train.py ...``), else
+    ``online`` when the user is logged in to wandb, else ``offline``. An explicit mode is kept."""
+    if mode not in ("auto", "online", "offline", "disabled"):
+        raise ValueError(f"logger.wandb.mode must be auto, online, offline or disabled; got {mode!r}")
+    env = {"dryrun": "offline", "run": "online"}.get(os.environ.get("WANDB_MODE", ""), os.environ.get("WANDB_MODE"))
+    if mode == "auto" and env and env != "auto":
+        return resolve_wandb_mode(env)
+    if mode == "auto":
+        return "online" if wandb_logged_in() else "offline"
+    return mode
+
+
+def wandb_logger(
+    project: str, name: str | None, save_dir: str, mode: str = "auto", tags: list[str] | None = None
+) -> WandbLogger:
+    """A WandbLogger that runs offline unless the user is logged in (``mode="auto"``).
+
+    Offline runs are written under ``save_dir/wandb`` and can be uploaded later
+    with ``wandb sync``. ``mode`` may also be ``online``, ``offline`` or ``disabled``.
+    """
+    mode = resolve_wandb_mode(mode)
+    Path(save_dir).mkdir(parents=True, exist_ok=True)
+    log.info("wandb logging %s (project %s, run %s)", mode, project, name)
+    return WandbLogger(project=project, name=name, save_dir=save_dir, mode=mode, tags=list(tags or []))
 
 
 def close_loggers(loggers: Sequence[Logger], status: str = "success") -> None:

@@ -7,7 +7,7 @@ Reads every run that ``train.py`` / ``eval.py`` filed under the folder (:mod:`gl
 writes into ``--out`` (default ``<results dir>/report``): ``report.md`` (tables and the figures),
 ``paper_table.csv``, ``runs.csv``, ``scaling.png`` (when a family has several sizes),
 ``recall_by_<swept value>.png`` (a one-dimensional sweep), ``recall_by_hops.png`` and
-``recall_by_n_supporting.png``.
+``recall_by_n_supporting.png`` (only where it differs from hops; on MuSiQue the two are the same grouping).
 
 With ``--wandb`` the figures (``wandb.Image``) and the CSV tables (``wandb.Table``) are also logged to a
 new run of job type ``report`` in the wandb project ``glmrag`` (:func:`log_to_wandb`): online when you
@@ -81,14 +81,14 @@ def log_to_wandb(paths: Mapping[str, Path], results_dir: str | os.PathLike[str],
     Every PNG becomes a ``wandb.Image`` and every CSV a ``wandb.Table`` under its file name without the
     extension (``scaling``, ``paper_table``, ``runs``, ...), in one step of a run named
     ``report-<study>`` with job type ``report``. The mode follows ``WANDB_MODE`` when set, else
-    :func:`glmrag.jobs.train.resolve_wandb_mode` (online when logged in, offline otherwise); the run is
+    :func:`glmrag.jobs.loggers.resolve_wandb_mode` (online when logged in, offline otherwise); the run is
     written under ``WANDB_DIR`` when set, else next to the report.
     """
     try:
         import wandb
     except ImportError as err:
         raise ImportError("--wandb needs the wandb package: pip install wandb, or drop --wandb") from err
-    from glmrag.jobs.train import resolve_wandb_mode  # imports Lightning: only when logging to wandb
+    from glmrag.jobs.loggers import resolve_wandb_mode  # imports Lightning: only when logging to wandb
 
     results_dir = Path(results_dir)
     out = Path(next(iter(paths.values()))).parent

@@ -1,28 +1,28 @@
-"""The training job: DataModule + LightningModule + Trainer from Hydra, then the evaluator.
+"""The training job (``train.py``): fit and test a retriever, then hand its best checkpoint to the evaluation job.
 
-``train.py`` is a thin wrapper around :func:`run_train`. Everything the
-Trainer owns (devices, DDP, precision, accumulation, checkpoints, loggers) comes
-from ``configs/trainer``, ``configs/callbacks`` and ``configs/logger``. Each run
-is filed in the results store (:mod:`glmrag.eval.store`) under ``results_dir``.
+DataModule, LightningModule and Trainer come from Hydra (``configs/trainer``, ``configs/callbacks``,
+``configs/logger`` own devices, DDP, precision, checkpoints and loggers). The evaluation config is
+``configs/eval.yaml`` with this run's checkpoint, baselines and data (:func:`evaluation_config`). A best
+checkpoint no better than the model before training is named in the log, ``results.md`` and ``metrics.json``
+(:class:`StartScore`). Each run is filed in the results store (:mod:`glmrag.eval.store`) under ``results_dir``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import netrc
-import os
+import random
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import hydra
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from lightning.pytorch.loggers import Logger, WandbLogger
-from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
@@ -31,78 +31,37 @@ from glmrag.eval import EvalResult
 from glmrag.eval.store import run_record, write_run
 from glmrag.eval.study_plots import evaluation_figures
 from glmrag.index.embed import Embedder
-from glmrag.io import LockTimeout, check_room, children_die_with_parent, file_lock, local_checkpoint
+from glmrag.io import check_room, children_die_with_parent, local_checkpoint
+from glmrag.jobs.common import RunName, compose_config, hydra_overrides, resolved_config_yaml
 from glmrag.jobs.config_check import ConfigError, validate_train_config
-from glmrag.jobs.evaluate import hydra_overrides, resolved_config_yaml, run_eval
+from glmrag.jobs.evaluate import run_eval  # the hand-off: the evaluation job's entry, nothing else of it
 from glmrag.jobs.launch import job_processes
 from glmrag.jobs.loggers import closing, log_evaluation
-from glmrag.models.checkpointing import check_architecture, readable_checkpoint, whole_checkpoint
+from glmrag.jobs.run_folder import resume_checkpoint, resume_folder, run_folder_lock
+from glmrag.models.checkpointing import check_architecture, readable_checkpoint
 from glmrag.models.kg_datamodule import dataset_index_config
 
 log = logging.getLogger(__name__)
 
-WANDB_HOST = "api.wandb.ai"
 PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM
 """Exit code of a run stopped by SIGTERM (a shell's 143): not 0, so a scheduler requeues it."""
-RESUMABLE = ("last.ckpt", "hpc_ckpt_*.ckpt")
-"""A run folder's resumable checkpoints: the last epoch or a SIGTERM (``last.ckpt``), a SLURM requeue's."""
 KEY_SETTINGS = (
     "data.name",
     "datamodule.limit",
     "datamodule.train_fraction",
-    "model.hidden_channels",
-    "model.num_layers",
-    "model.use_node_features",
-    "model.t5",
-    "model.t5_config",  # when set, a random T5 of these fields replaces model.t5
-    "model.max_hops",
-    "model.max_triplets",
-    "model.layout",
-    "model.attention",
+    "model.gnn.hidden_channels",
+    "model.gnn.num_layers",
+    "model.gnn.use_node_features",
+    "model.glm.t5",
+    "model.glm.t5_config",  # when set, a random T5 of these fields replaces model.glm.t5
+    "model.subgraph.max_hops",
+    "model.subgraph.max_triplets",
+    "model.subgraph.layout",
+    "model.glm.attention",
     "trainer.max_epochs",
     "seed",
 )
 """Settings a run's store entry records (those its model has), for the study report's columns and axes."""
-
-
-def wandb_logged_in() -> bool:
-    """True when wandb has credentials: ``WANDB_API_KEY`` or a ``~/.netrc`` entry from ``wandb login``.
-
-    Only checks that they exist; the key itself is read by wandb, never by glmrag.
-    """
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    try:
-        return netrc.netrc().authenticators(WANDB_HOST) is not None
-    except (FileNotFoundError, netrc.NetrcParseError):
-        return False
-
-
-def resolve_wandb_mode(mode: str) -> str:
-    """``auto`` becomes ``$WANDB_MODE`` when set (``WANDB_MODE=disabled python train.py ...``), else
-    ``online`` when the user is logged in to wandb, else ``offline``. An explicit mode is kept."""
-    if mode not in ("auto", "online", "offline", "disabled"):
-        raise ValueError(f"logger.wandb.mode must be auto, online, offline or disabled; got {mode!r}")
-    env = {"dryrun": "offline", "run": "online"}.get(os.environ.get("WANDB_MODE", ""), os.environ.get("WANDB_MODE"))
-    if mode == "auto" and env and env != "auto":
-        return resolve_wandb_mode(env)
-    if mode == "auto":
-        return "online" if wandb_logged_in() else "offline"
-    return mode
-
-
-def wandb_logger(
-    project: str, name: str | None, save_dir: str, mode: str = "auto", tags: list[str] | None = None
-) -> WandbLogger:
-    """A WandbLogger that runs offline unless the user is logged in (``mode="auto"``).
-
-    Offline runs are written under ``save_dir/wandb`` and can be uploaded later
-    with ``wandb sync``. ``mode`` may also be ``online``, ``offline`` or ``disabled``.
-    """
-    mode = resolve_wandb_mode(mode)
-    Path(save_dir).mkdir(parents=True, exist_ok=True)
-    log.info("wandb logging %s (project %s, run %s)", mode, project, name)
-    return WandbLogger(project=project, name=name, save_dir=save_dir, mode=mode, tags=list(tags or []))
 
 
 def _instantiate_all(cfg: DictConfig | None) -> list[Any]:
@@ -128,56 +87,68 @@ def last_checkpoint(callbacks: list[Callback]) -> str | None:
     return None
 
 
-def _resumable(folder: Path) -> list[tuple[float, Path]]:
-    """(modification time, path) of the whole :data:`RESUMABLE` checkpoints directly in ``folder``; a truncated
-    one (a kill while it was written, on old glmrag or another tool) is skipped with a warning."""
-    found = [p for pattern in RESUMABLE for p in folder.glob(pattern) if p.is_file()]
-    whole = [p for p in found if whole_checkpoint(p)]  # each file's zip directory read once
-    for path in sorted(set(found) - set(whole)):
-        log.warning("skipping %s: truncated or not a checkpoint (%d bytes)", path, path.stat().st_size)
-    return [(p.stat().st_mtime, p) for p in whole]
+def monitoring_checkpoint(callbacks: list[Callback]) -> ModelCheckpoint | None:
+    """The first ModelCheckpoint that picks the best epoch by a metric (the one :func:`best_checkpoint` reads)."""
+    return next((cb for cb in callbacks if isinstance(cb, ModelCheckpoint) and cb.monitor), None)
 
 
-def resume_checkpoint(folder: str | os.PathLike[str]) -> str | None:
-    """The newest of the :data:`RESUMABLE` checkpoints directly in ``folder``; None when it holds none."""
-    found = _resumable(Path(folder))
-    return str(max(found)[1]) if found else None
+@contextlib.contextmanager
+def random_state_kept() -> Iterator[None]:
+    """The body leaves every random stream (Python, NumPy, torch, initialised CUDA) where it found it."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
 
 
-def _newest_checkpoint_time(folder: Path) -> float | None:
-    """When ``folder``'s newest resumable checkpoint, or its pretraining stage's, was written."""
-    found = _resumable(folder) + _resumable(folder / "pretrain")
-    return max(found)[0] if found else None
+class StartScore(Callback):
+    """The monitored validation metric of the model before training (:meth:`measure`), saved in every checkpoint
+    so that a resumed run compares with it too (:meth:`no_better_warning`)."""
 
+    def __init__(self) -> None:
+        self.monitor: str | None = None
+        self.score: float | None = None
 
-def last_run_folder(checkpoint_dir: str) -> Path | None:
-    """The run folder ``ckpt_path=last`` resumes: ``checkpoint_dir`` when it holds a checkpoint, else the newest
-    run of the same run name (its siblings, ``checkpoints/<run_name>/<run_id>``); None when there is none."""
-    own = Path(checkpoint_dir)
-    if _newest_checkpoint_time(own) is not None:
-        return own
-    runs = [(t, p) for p in own.parent.glob("*") if p.is_dir() and (t := _newest_checkpoint_time(p)) is not None]
-    return max(runs)[1] if runs else None
+    def measure(self, trainer: L.Trainer, model: L.LightningModule, datamodule: L.LightningDataModule) -> None:
+        """Validate the untrained ``model`` once (every DDP rank: validation is collective). The random streams
+        are kept, so the training that follows is the one a run without this check would do."""
+        checkpoint = monitoring_checkpoint(trainer.callbacks)
+        if checkpoint is None:
+            return
+        with random_state_kept():
+            trainer.validate(model, datamodule=datamodule, verbose=False)
+        value = trainer.callback_metrics.get(checkpoint.monitor)
+        self.monitor, self.score = checkpoint.monitor, None if value is None else float(value)
+        log.info("before training: %s = %s", self.monitor, self.score)
 
+    def no_better_warning(self, callbacks: list[Callback]) -> str | None:
+        """A warning when the best checkpoint's score is no better than :attr:`score`; None otherwise, or when
+        either score is unknown (a run resumed from a checkpoint written before this check)."""
+        checkpoint = monitoring_checkpoint(callbacks)
+        if checkpoint is None or checkpoint.best_model_score is None or self.score is None:
+            return None
+        if checkpoint.monitor != self.monitor:
+            return None
+        best = float(checkpoint.best_model_score)
+        if (best > self.score) if checkpoint.mode == "max" else (best < self.score):
+            return None
+        return (
+            f"Warning: the best checkpoint's {self.monitor} ({best:.4f}) is no better than the untrained model's "
+            f"({self.score:.4f}): training did not help. Check the learning rate, the number of epochs and "
+            "the training questions."
+        )
 
-def resume_folder(cfg: DictConfig) -> DictConfig:
-    """``cfg`` set up to resume: ``ckpt_path=last`` becomes the newest checkpoint of :func:`last_run_folder`
-    (null, a fresh start, when there is none), and ``checkpoint_dir`` the resumed checkpoint's folder, so the
-    run writes beside it and ModelCheckpoint restores its best score (Lightning drops it, with a warning, when
-    ``dirpath`` changed). A run stopped in GFM-RAG's pretraining resumes that stage (:func:`run_train`)."""
-    if cfg.get("ckpt_path") == "last":
-        folder = last_run_folder(cfg.checkpoint_dir)
-        if folder is None:
-            log.info("ckpt_path=last: no checkpoint of %s yet; starting a new run", cfg.run_name)
-            return OmegaConf.merge(cfg, {"ckpt_path": None})
-        log.info("ckpt_path=last: resuming the run in %s", folder)
-        return OmegaConf.merge(cfg, {"checkpoint_dir": str(folder), "ckpt_path": resume_checkpoint(folder)})
-    if not cfg.get("ckpt_path"):
-        return cfg
-    folder = str(local_checkpoint(cfg.ckpt_path).resolve().parent)
-    if Path(cfg.checkpoint_dir).resolve() != Path(folder):
-        log.info("resuming: checkpoints go to %s, the folder of ckpt_path (not %s)", folder, cfg.checkpoint_dir)
-    return OmegaConf.merge(cfg, {"checkpoint_dir": folder})
+    def state_dict(self) -> dict[str, Any]:
+        return {"monitor": self.monitor, "score": self.score}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.monitor, self.score = state_dict.get("monitor"), state_dict.get("score")
 
 
 def check_embed_dim(cfg: DictConfig) -> None:
@@ -190,71 +161,42 @@ def check_embed_dim(cfg: DictConfig) -> None:
         )
 
 
-class RunFolderBusy(RuntimeError):
-    """Another live run writes the same checkpoint folder (its ``last.ckpt`` would replace this run's)."""
-
-
-@contextlib.contextmanager
-def run_folder_lock(cfg: DictConfig) -> Iterator[None]:
-    """Hold ``<checkpoint_dir>``'s lock (a file beside it, naming this run) while the job runs; raise
-    :class:`RunFolderBusy` when another live run holds it. Only the launching process (rank 0) takes it:
-    the DDP ranks it starts write the same folder by design."""
-    if rank_zero_only.rank != 0:
-        yield
-        return
-    folder = Path(cfg.checkpoint_dir)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    lock = folder.parent / f".{folder.name}.lock"
-    try:
-        with file_lock(lock, timeout=0, what="the run folder lock"):
-            yield
-    except LockTimeout as err:
-        raise RunFolderBusy(
-            f"checkpoint_dir={folder} belongs to a run that is still going ({err}); two runs there would replace "
-            "each other's last.ckpt. Give this run its own folder (run_id=... or checkpoint_dir=...), or wait"
-        ) from None
-
-
 def eval_datasets(cfg: DictConfig) -> list[str]:
     """The datasets the trained model is evaluated on: ``cfg.eval_data``, else the training data."""
     return [str(name) for name in cfg.get("eval_data") or [cfg.data.name]]
 
 
 def evaluation_config(cfg: DictConfig, ckpt_path: str, dataset: str | None = None, device: str = "cpu") -> DictConfig:
-    """An ``eval.yaml``-shaped config: the trained checkpoint and the baselines on the test split of ``dataset``.
+    """``configs/eval.yaml`` set to evaluate this run's checkpoint against its baselines on the test split of
+    ``dataset``: only keys that file has are set, so both jobs read one evaluation schema.
 
     ``dataset`` (default: the training data ``cfg.data.name``) is a registry name; another dataset than the
     training data (GLM-RAG Table 1, transfer) is read with ``cfg.data``'s root and limit and written to
     ``<output_dir>/eval_<dataset>``; ``index.extractor`` may map dataset names to extractors. The checkpoint
-    runs on ``device``: the Trainer's (``cuda:0`` after GPU training).
+    (eval.yaml's ``checkpoint`` retriever, named by the run) runs on ``device``: the Trainer's.
     """
     name = dataset or cfg.data.name
-    checkpoint = {
-        "_target_": "glmrag.retrievers.gnn_checkpoint.load_checkpoint_retriever",
-        "ckpt_path": ckpt_path,
-        "device": device,
-    }
-    retrievers = {cfg.run_name: checkpoint}
-    retrievers.update(OmegaConf.to_container(cfg.baselines, resolve=True) or {})
-    # index.extractor may map each dataset to its extractor: the evaluated dataset's
+    eval_cfg = compose_config("eval", ["retriever=[checkpoint]"])
+    eval_cfg.ckpt_path = ckpt_path
+    checkpoint = OmegaConf.to_container(eval_cfg.retriever.checkpoint, resolve=True) | {"device": device}
     index = dataset_index_config(OmegaConf.to_container(cfg.index, resolve=True), name)
     data = {**OmegaConf.to_container(cfg.data, resolve=True), "name": name, "split": cfg.eval_split}
-    return OmegaConf.create(
-        {
-            "data": {**data, "extractor": index["extractor"]},
-            "index": index,
-            "retriever": retrievers,
-            "output_dir": str(Path(cfg.output_dir) / ("eval" if name == cfg.data.name else f"eval_{name}")),
-            "reference": cfg.run_name,
-            "ks": list(cfg.ks),
-            "top_k": None,  # the full ranking: MRR counts every position
-            "n_boot": cfg.n_boot,
-            "seed": cfg.seed,
-            "allow_train_overlap": bool(cfg.get("allow_train_overlap", False)),
-            "qa": False,  # answering after training: python eval.py retriever=checkpoint ckpt_path=... qa=true
-            "qa_baselines": [],
-        }
-    )
+    values = {
+        "data": {**data, "extractor": index["extractor"]},
+        "index": index,
+        "retriever": {cfg.run_name: checkpoint, **(OmegaConf.to_container(cfg.baselines, resolve=True) or {})},
+        "output_dir": str(Path(cfg.output_dir) / ("eval" if name == cfg.data.name else f"eval_{name}")),
+        "run_name": cfg.run_name,
+        "reference": cfg.run_name,
+        "ks": list(cfg.ks),
+        "n_boot": cfg.n_boot,
+        "seed": cfg.seed,
+        "allow_train_overlap": bool(cfg.get("allow_train_overlap", False)),
+        "quiet": bool(cfg.get("quiet", False)),
+    }
+    for key, value in values.items():
+        eval_cfg[key] = value  # the composed config is in struct mode: a key eval.yaml lacks raises
+    return eval_cfg
 
 
 def make_loggers(cfg: DictConfig) -> list[Logger]:
@@ -262,11 +204,16 @@ def make_loggers(cfg: DictConfig) -> list[Logger]:
     return _instantiate_all(cfg.get("logger"))
 
 
-def fit(cfg: DictConfig, loggers: list[Logger]) -> tuple[L.Trainer, list[Callback]]:
-    """Instantiate DataModule, module, callbacks and Trainer from ``cfg`` and run ``Trainer.fit`` into ``loggers``."""
+def fit(cfg: DictConfig, loggers: list[Logger], measure_start: bool = False) -> tuple[L.Trainer, list[Callback]]:
+    """Instantiate DataModule, module, callbacks and Trainer from ``cfg`` and run ``Trainer.fit`` into ``loggers``.
+
+    With ``measure_start``, a fresh run (not resumed, not a fast_dev_run) first validates the untrained model
+    (:class:`StartScore`, one of the returned callbacks).
+    """
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.datamodule)
     model: L.LightningModule = hydra.utils.instantiate(cfg.model)
-    callbacks: list[Callback] = _instantiate_all(cfg.get("callbacks"))
+    start = StartScore()
+    callbacks: list[Callback] = [*_instantiate_all(cfg.get("callbacks")), start, RunName(cfg.run_name)]
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     for logger in loggers:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
@@ -275,6 +222,8 @@ def fit(cfg: DictConfig, loggers: list[Logger]) -> tuple[L.Trainer, list[Callbac
     resume = str(readable_checkpoint(local_checkpoint(resume))) if resume else None
     if resume:
         check_architecture(model, resume)  # a named error, not torch's size-mismatch trace
+    elif measure_start and not trainer.fast_dev_run:
+        start.measure(trainer, model, datamodule)
     trainer.fit(model, datamodule=datamodule, ckpt_path=resume, weights_only=True)
     return trainer, callbacks
 
@@ -292,14 +241,13 @@ def pretrain_config(cfg: DictConfig, resume: bool = False) -> DictConfig:
 
 
 def run_train(cfg: DictConfig) -> dict[str, Any]:
-    """(Optionally pretrain,) fit, test the best checkpoint, then compare it with the baselines.
+    """(Optionally pretrain,) fit, test the best checkpoint, then evaluate it against the baselines.
 
-    With ``cfg.pretrain`` set (GFM-RAG), a KG-completion run comes first and the
-    fine-tuning starts from its last checkpoint (``model.init_from``). Returns the
-    Trainer's callback metrics (``metrics``), the best checkpoint path, the
-    :class:`~glmrag.eval.EvalResult` per evaluated dataset (``evals``; ``eval``: the
-    first, None when ``evaluate`` is false) and the run's results-store folders
-    (``stored``; none for a fast_dev_run).
+    With ``cfg.pretrain`` set (GFM-RAG), a KG-completion run comes first and the fine-tuning starts from its
+    last checkpoint (``model.init_from``). Returns the Trainer's callback metrics (``metrics``), the best
+    checkpoint path, ``warnings`` (the best checkpoint no better than the untrained model), the
+    :class:`~glmrag.eval.EvalResult` per evaluated dataset (``evals``; ``eval``: the first, None when
+    ``evaluate`` is false) and the run's results-store folders (``stored``; none for a fast_dev_run).
     """
     validate_train_config(cfg)
     check_embed_dim(cfg)
@@ -340,38 +288,60 @@ def _pretrain_and_train(cfg: DictConfig, resume_pretraining: bool) -> dict[str, 
 
 
 def fit_and_evaluate(cfg: DictConfig, loggers: list[Logger]) -> dict[str, Any]:
-    """Fit, test and evaluate the best checkpoint, file the run (see :func:`run_train`); logs into ``loggers``."""
-    trainer, callbacks = fit(cfg, loggers)
+    """Fit and test, evaluate the best checkpoint on rank 0, file the run (see :func:`run_train`)."""
+    trainer, callbacks = fit(cfg, loggers, measure_start=True)
     # a fast_dev_run is a smoke test of the loops: Lightning writes no real checkpoint to evaluate
     best = None if trainer.fast_dev_run else best_checkpoint(callbacks)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    start = next(cb for cb in callbacks if isinstance(cb, StartScore))
+    warnings = [w] if best and (w := start.no_better_warning(callbacks)) else []
+    if start.score is not None:
+        metrics[f"{start.monitor}_untrained"] = start.score
     if cfg.get("test") and best:  # every rank: under DDP, test is a collective run
         trainer.test(datamodule=trainer.datamodule, ckpt_path=best, weights_only=True)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
-    device = str(trainer.strategy.root_device)  # the evaluator runs the checkpoint where training ran
     evals: dict[str, EvalResult] = {}
-    if cfg.get("evaluate") and best and trainer.is_global_zero:
-        for name in eval_datasets(cfg):
-            eval_cfg = evaluation_config(cfg, best, name, device)
-            evals[name] = result = run_eval(eval_cfg)
-            figures = evaluation_figures(result, eval_cfg.output_dir)  # PNGs beside metrics.json
-            prefix = "eval" if name == cfg.data.name else f"eval/{name}"
-            for logger in loggers:  # a WandbLogger keeps the last value of each key as the run's summary
-                logger.log_metrics(
-                    {f"{prefix}/{m}": iv.mean for m, iv in result.overall[cfg.run_name].items() if hasattr(iv, "mean")}
-                )
-            log_evaluation(loggers, result, None, prefix, figures)  # wandb: Tables and the figures as Images
-    if best and trainer.is_global_zero:
-        log_evaluation(loggers, None, best)  # wandb: an artifact online, a copy in the run folder offline
+    if trainer.is_global_zero:
+        for warning in warnings:
+            log.warning(warning)
+        if cfg.get("evaluate") and best:
+            evals = evaluate_checkpoint(cfg, best, str(trainer.strategy.root_device), loggers, warnings)
+        if best:
+            log_evaluation(loggers, None, best)  # wandb: an artifact online, a copy in the run folder offline
     stored = []
     if trainer.is_global_zero and not trainer.fast_dev_run:
         model = trainer.lightning_module
-        stored = store_train_run(cfg, model, metrics, best, evals)
+        stored = store_train_run(cfg, model, metrics, best, evals, warnings)
         for logger in loggers:
             logger.log_hyperparams({"results": [str(p) for p in stored], "num_parameters": num_parameters(model)})
     log.info("best checkpoint: %s", best)
     first = next(iter(evals.values()), None)
-    return {"metrics": metrics, "best_checkpoint": best, "eval": first, "evals": evals, "stored": stored}
+    return {
+        "metrics": metrics,
+        "best_checkpoint": best,
+        "warnings": warnings,
+        "eval": first,
+        "evals": evals,
+        "stored": stored,
+    }
+
+
+def evaluate_checkpoint(
+    cfg: DictConfig, best: str, device: str, loggers: list[Logger], warnings: list[str]
+) -> dict[str, EvalResult]:
+    """Dataset -> the evaluation job's result for the checkpoint ``best`` on each of :func:`eval_datasets`,
+    run on ``device`` (where training ran); its means, tables and figures go to ``loggers``."""
+    evals: dict[str, EvalResult] = {}
+    for name in eval_datasets(cfg):
+        eval_cfg = evaluation_config(cfg, best, name, device)
+        evals[name] = result = run_eval(eval_cfg, warnings)
+        figures = evaluation_figures(result, eval_cfg.output_dir)  # PNGs beside metrics.json
+        prefix = "eval" if name == cfg.data.name else f"eval/{name}"
+        means = {f"{prefix}/{m}": iv.mean for m, iv in result.overall[cfg.run_name].items() if hasattr(iv, "mean")}
+        for logger in loggers:  # a WandbLogger keeps the last value of each key as the run's summary
+            logger.log_metrics(means)
+        log_evaluation(loggers, result, None, prefix, figures)  # wandb: Tables and the figures as Images
+    return evals
 
 
 def num_parameters(module: torch.nn.Module, trainable_only: bool = False) -> int:
@@ -386,6 +356,7 @@ def store_train_run(
     metrics: dict[str, float],
     best: str | None,
     evals: dict[str, EvalResult],
+    warnings: Sequence[str] = (),
 ) -> list[Path]:
     """File the run in the results store: one entry per evaluated dataset (one, without metrics, if none)."""
     absent = object()
@@ -399,6 +370,7 @@ def store_train_run(
         "num_parameters": num_parameters(model),
         "num_trainable_parameters": num_parameters(model, trainable_only=True),
         "best_checkpoint": best,
+        "warnings": list(warnings),
         "output_dir": str(cfg.output_dir),
         "settings": {
             key: OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value

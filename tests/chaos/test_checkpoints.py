@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from glmrag.jobs.config_check import ConfigError
-from glmrag.jobs.train import RunFolderBusy, resume_checkpoint, run_folder_lock, run_train
+from glmrag.jobs.run_folder import RunFolderBusy, resume_checkpoint, run_folder_lock
+from glmrag.jobs.train import run_train
 from glmrag.models.checkpointing import AtomicCheckpointIO, CheckpointMismatchError
 from tests.chaos.conftest import compose_config
 
@@ -25,8 +26,8 @@ def job(tiny: str, tmp: Path, *extra: str) -> list[str]:
     return [
         "experiment=demo",
         f"data.name={tiny}",
-        "model.hidden_channels=8",
-        "model.num_layers=1",
+        "model.gnn.hidden_channels=8",
+        "model.gnn.num_layers=1",
         "model.optimizer.lr=0.0",
         "trainer.max_epochs=2",
         "logger=[csv]",
@@ -143,6 +144,6 @@ def test_a_moved_run_folder_keeps_its_best_score(trained, tiny_musique, tmp_path
 
 def test_a_resume_with_another_architecture_names_the_difference(trained, tiny_musique, tmp_path):
     run = copy_run(trained, tmp_path / "run")
-    overrides = job(tiny_musique, tmp_path, "model.hidden_channels=16", f"ckpt_path={run / 'last.ckpt'}")
+    overrides = job(tiny_musique, tmp_path, "model.gnn.hidden_channels=16", f"ckpt_path={run / 'last.ckpt'}")
     with pytest.raises(CheckpointMismatchError, match=r"hidden_channels: 8 in the checkpoint, 16 here"):
         run_train(compose_config("train", overrides))

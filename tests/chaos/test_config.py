@@ -83,11 +83,11 @@ MEANINGLESS = [  # issue 22 probes 70-78: typed right, meaning nothing
     ("eval", "retriever=[checkpoint] ckpt_path=CKPT retriever.checkpoint.top_entities=-3", r"top_entities=-3"),
     ("train", "trainer.max_epochs=0", r"trainer.max_epochs=0: must be an integer >= 1"),
     ("train", "datamodule.limit=0", r"datamodule.limit=0: must be an integer >= 1 or null"),
-    ("train", "model.max_triplets=0", r"model.max_triplets=0: must be an integer >= 1 or null"),
-    ("train", "model.max_hops=0", r"model.max_hops=0: must be an integer >= 1"),
-    ("train", "model.bce_weight=-5", r"model.bce_weight=-5: must be a number >= 0"),
-    ("train", "model.bce_weight=0 model.listce_weight=0", r"are all 0: nothing would be trained"),
-    ("train", "experiment=glm_demo model.max_triplets=0", r"model.max_triplets=0"),
+    ("train", "model.subgraph.max_triplets=0", r"model.subgraph.max_triplets=0: must be an integer >= 1 or null"),
+    ("train", "model.subgraph.max_hops=0", r"model.subgraph.max_hops=0: must be an integer >= 1"),
+    ("train", "model.loss.bce_weight=-5", r"model.loss.bce_weight=-5: must be a number >= 0"),
+    ("train", "model.loss.bce_weight=0 model.loss.listce_weight=0", r"are all 0: nothing would be trained"),
+    ("train", "experiment=glm_demo model.subgraph.max_triplets=0", r"model.subgraph.max_triplets=0"),
 ]
 
 
@@ -114,7 +114,7 @@ def test_no_significance_is_claimed_on_one_question(cache, tmp_path):
     """data=toy has one question: dense and PPR were marked ** against each other (issue 22, probe 79)."""
     out = tmp_path / "o"
     result = run_eval(compose_config("eval", ["data=toy", f"output_dir={out}", "retriever=[dense,ppr]", "n_boot=50"]))
-    assert result.significance == [] and result.settings["untested_metrics"] == {"recall@2": 1, "recall@5": 1}
+    assert result.significance == [] and result.settings.untested_metrics == {"recall@2": 1, "recall@5": 1}
     table = (out / "results.md").read_text()
     assert "\\*" not in table and "No significance markers for Recall@2 on 1, Recall@5 on 1" in table
     assert "needs at least 10" in table

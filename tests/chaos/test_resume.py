@@ -14,7 +14,7 @@ from tests.chaos.conftest import compose_config
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 # lr 0: the validation metric never improves after the first epoch, so the best checkpoint stays epoch 0
-TINY = ["experiment=demo", "model.hidden_channels=8", "model.num_layers=1", "data.limit=8", "logger=[csv]"]
+TINY = ["experiment=demo", "model.gnn.hidden_channels=8", "model.gnn.num_layers=1", "data.limit=8", "logger=[csv]"]
 FROZEN = [*TINY, "model.optimizer.lr=0.0", "evaluate=false", "test=false", "callbacks.rich_progress_bar=null"]
 
 

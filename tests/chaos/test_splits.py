@@ -28,7 +28,8 @@ def own_registry(monkeypatch):
 def checkpoint(tiny_musique, glmrag_cache, tmp_path_factory) -> Path:
     """The best checkpoint of a one-epoch demo on musique_tiny (10 train / 3 validation / 3 test questions)."""
     tmp = tmp_path_factory.mktemp("split-run")
-    overrides = ["experiment=demo", f"data.name={tiny_musique}", "model.hidden_channels=8", "model.num_layers=1"]
+    overrides = ["experiment=demo", f"data.name={tiny_musique}"]
+    overrides += ["model.gnn.hidden_channels=8", "model.gnn.num_layers=1"]
     overrides += ["trainer.max_epochs=1", "logger=[csv]", "evaluate=false", "test=false"]
     overrides += ["callbacks.rich_progress_bar=null", f"output_dir={tmp / 'out'}", f"results_dir={tmp / 'r'}"]
     out = run_train(compose_config("train", [*overrides, f"checkpoint_dir={tmp / 'run'}"]))
@@ -49,10 +50,11 @@ def test_the_same_files_under_another_name_are_refused_then_flagged(checkpoint, 
     questions, corpus = tiny_musique_files
     copy = ["data=files", "data.format=hipporag", "data.name=small_copy", f"data.questions={questions}"]
     copy += [f"data.corpus={corpus}", "data.split=null"]
-    with pytest.raises(ValueError, match=r"retriever checkpoint .* trained or validated on 13 of the 16 questions"):
+    run = "gfm_rag_plus_demo-musique_tiny"  # the checkpoint's system is named by its run
+    with pytest.raises(ValueError, match=rf"retriever {run} .* trained or validated on 13 of the 16 questions"):
         evaluate(checkpoint, tmp_path, *copy)
     result = evaluate(checkpoint, tmp_path, *copy, "allow_train_overlap=true")
-    assert result.settings["train_overlap"] == {"checkpoint": "13 of these 16 questions"}
+    assert result.train_overlap == {run: "13 of these 16 questions"}
     assert "evaluated on questions it trained or selected on" in (tmp_path / "eval" / "results.md").read_text()
 
 

@@ -13,7 +13,8 @@ from glmrag.data.types import Question
 from glmrag.eval import evaluate
 from glmrag.eval.outputs import metrics_json
 from glmrag.eval.store import read_runs, run_record, write_run
-from glmrag.jobs.evaluate import resolved_config_yaml, run_eval, store_eval_run
+from glmrag.jobs.common import resolved_config_yaml
+from glmrag.jobs.evaluate import run_eval, store_eval_run
 from glmrag.jobs.report import build_report, cli
 from glmrag.jobs.train import store_train_run
 from glmrag.retrievers.base import Ranking
@@ -197,7 +198,7 @@ def test_stored_config_keeps_the_times_the_run_used():
 
 def test_a_training_run_is_stored_once_per_evaluated_dataset(result, tmp_path):
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose("train", ["output_dir=x", f"results_dir={tmp_path}", "model.hidden_channels=8"])
+        cfg = compose("train", ["output_dir=x", f"results_dir={tmp_path}", "model.gnn.hidden_channels=8"])
     model = torch.nn.Linear(2, 3)  # 9 parameters
     evals = {"musique100": result, "2wiki_test": result}
     paths = store_train_run(cfg, model, {"test/recall@2": 0.5}, "best.ckpt", evals)
@@ -207,7 +208,8 @@ def test_a_training_run_is_stored_once_per_evaluated_dataset(result, tmp_path):
         ("musique100", 9, True),
         ("2wiki_test", 9, True),
     ]
-    assert runs[0].run["settings"]["model.hidden_channels"] == 8 and runs[0].metrics["trainer"]["test/recall@2"] == 0.5
+    assert runs[0].run["settings"]["model.gnn.hidden_channels"] == 8
+    assert runs[0].metrics["trainer"]["test/recall@2"] == 0.5
     (unevaluated,) = store_train_run(cfg, model, {"train/loss": 1.0}, None, {})  # evaluate=false: the Trainer's only
     assert unevaluated.name == "gnn-musique100-2" and "overall" not in json.loads(
         (unevaluated / "metrics.json").read_text()

@@ -24,7 +24,7 @@ class Result:
             "m": [{"question_id": "q1"}, {"question_id": "q2"}],
             "dense": [{"question_id": "q1"}],
         }
-        self.settings = {}
+        self.method_summary, self.index_llm_cost, self.llm_cost, self.acc_llm_judge = {}, {}, {}, {}
 
 
 def test_traces_go_into_rows_and_summaries_into_the_report():
@@ -32,8 +32,8 @@ def test_traces_go_into_rows_and_summaries_into_the_report():
     add_traces(result, {"m": Traced(), "dense": object()})
     assert result.per_question["m"][0]["trace"] == {"track": "chain", "score": 0.5, "rows": [0, 1]}
     assert "trace" not in result.per_question["m"][1] and "trace" not in result.per_question["dense"][0]
-    assert result.settings["method_summary"] == {"m": {"tracks": {"chain": 1}, "fallbacks": {"label_fallback": 2}}}
-    cost = result.settings["index_llm_cost"]["m"]["hyperaddress_heads"]
+    assert result.method_summary == {"m": {"tracks": {"chain": 1}, "fallbacks": {"label_fallback": 2}}}
+    cost = result.index_llm_cost["m"]["hyperaddress_heads"]
     assert cost == {"calls": 3, "prompt_tokens": 30, "generated_tokens": 0, "seconds": 1.5}
     text = "\n".join(summary_lines(result))
     assert "| m | **tracks**: chain 1; **fallbacks**: label_fallback 2 |" in text
@@ -43,4 +43,4 @@ def test_traces_go_into_rows_and_summaries_into_the_report():
 def test_nothing_traced_adds_nothing():
     result = Result()
     add_traces(result, {"dense": object()})
-    assert result.settings == {} and summary_lines(result) == []
+    assert result.method_summary == {} and result.index_llm_cost == {} and summary_lines(result) == []
