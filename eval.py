@@ -6,6 +6,7 @@ python eval.py data=files data.format=hotpotqa data.questions=hotpot_dev_distrac
 python eval.py study=mine                        # also filed under results/mine/ (read by python -m glmrag.jobs.report)
 python eval.py retriever=[dense] qa=true data.limit=20   # also answer with the QA reader (configs/llm/local.yaml):
                                                          # EM/F1, the no-context and subgraph baselines, LLM cost
+python eval.py --help                            # the common commands and every config name
 """
 
 from glmrag.jobs.cli import evaluate as main

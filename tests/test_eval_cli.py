@@ -61,7 +61,9 @@ def test_eval_script_on_musique_subset(cache, tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())
     assert len({json.loads(line)["question_id"] for line in (out / "per_question.jsonl").open()}) == 20
     assert set(metrics["overall"]) == {"dense", "ppr"}
-    assert (tmp_path / "results" / "eval-musique100" / "metrics.json").is_file()
+    # filed under the run name, which names the overrides that change results (not output_dir, results_dir)
+    stored = [p.parent.name for p in (tmp_path / "results").glob("*/metrics.json")]
+    assert stored == ["eval-musique100-limit=20_split=test_n_boot=200"]
 
 
 def _scripted_reader(monkeypatch, llm):
@@ -161,3 +163,117 @@ def test_every_eval_study_composes_with_its_systems(study):
     for s in systems:
         if "name" in cfg.retriever[s]:
             assert cfg.retriever[s].name == s
+
+
+def _main(entry, args, monkeypatch, capsys):
+    """Run a console script's entry point in this process with ``args``; its exit code and printed text."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    monkeypatch.setattr(sys, "argv", ["eval.py", *args])
+    code = 0
+    try:
+        entry()
+    except SystemExit as stop:
+        code = stop.code
+    finally:
+        GlobalHydra.instance().clear()
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_help_shows_the_common_commands_and_the_valid_names(monkeypatch, capsys):
+    """Issue 25 item 10: --help listed the training groups, no example and no way to evaluate a checkpoint."""
+    from glmrag.jobs import cli
+
+    code, text = _main(cli.evaluate, ["--help"], monkeypatch, capsys)
+    assert code == 0
+    assert "ckpt_path=checkpoints/" in text and "'retriever=[checkpoint,dense,ppr]'" in text  # a checkpoint
+    retrievers = ", ".join(sorted(p.stem for p in (ROOT / "configs" / "retriever").glob("*.yaml")))
+    assert f"retriever:   {retrievers}\n" in text
+    assert "experiment:" not in text and "trainer:" not in text  # training groups belong to train.py --help
+    code, text = _main(cli.train, ["--help"], monkeypatch, capsys)
+    assert code == 0 and "python train.py experiment=demo " in text
+    assert f"experiment:  {', '.join(cli.choices('experiment'))}\n" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "group", "name", "hint"),
+    [
+        (["retriever=[dense,dnse]"], "retriever", "dnse", "dense"),
+        (["data=musique"], "data", "musique", "musique100"),
+        (["n_boot=10", "llm@reader.llm=htp"], "llm", "htp", "http"),
+        (["retriever=[ppr]", "eval_study=dtkg,zzz"], "eval_study", "zzz", None),  # a sweep: each of its values
+    ],
+)
+def test_an_unknown_config_name_is_an_error_listing_the_valid_ones(args, group, name, hint):
+    from glmrag.jobs.cli import choices, unknown_choice_error
+
+    message = unknown_choice_error(args, "eval.py")
+    assert message.startswith(f"eval.py: no {group} config named {name!r}")
+    assert f"are: {', '.join(choices(group))}." in message
+    assert (f"Did you mean {hint!r}?" in message) == (hint is not None)
+    assert (
+        unknown_choice_error(["retriever=[dense,ppr]", "data.limit=5", "+system/capacity=glm_rag", "-m"], "x") is None
+    )
+
+
+def test_the_entry_point_stops_on_an_unknown_retriever_before_hydra(monkeypatch, capsys):
+    from glmrag.jobs import cli
+
+    code, text = _main(cli.evaluate, ["retriever=[dnse]"], monkeypatch, capsys)
+    assert code == 2
+    assert "no retriever config named 'dnse'" in text and "checkpoint, dense, dtkg" in text
+
+
+def test_lightning_lines_go_through_the_root_handlers_once(monkeypatch):
+    """Issue 25 item 9: one line per message; Lightning's own stderr handler is dropped for the root's."""
+    import logging
+
+    from glmrag.jobs.cli import one_line_per_message
+
+    lines = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    lightning = logging.getLogger("lightning.pytorch")
+    monkeypatch.setattr(lightning, "handlers", [logging.StreamHandler()])
+    monkeypatch.setattr(lightning, "propagate", False)
+    parent = logging.getLogger("lightning")  # its own "INFO: ..." handler printed every line a second time
+    monkeypatch.setattr(parent, "handlers", [logging.StreamHandler()])
+    root = logging.getLogger()
+    collect = Collect()
+    root.addHandler(collect)
+    try:
+        one_line_per_message()
+        assert lightning.handlers == [] and lightning.propagate and parent.handlers == []
+        with monkeypatch.context() as m:
+            m.setattr(root, "level", logging.INFO)
+            logging.getLogger("lightning.pytorch.utilities.rank_zero").info("Seed set to 0")
+            logging.getLogger("lightning.pytorch.utilities.rank_zero").info("💡 Tip: try a logging service")
+    finally:
+        root.removeHandler(collect)
+    assert lines == ["Seed set to 0"]
+
+
+def test_a_checkpoint_system_is_named_by_its_run(tmp_path):
+    """Every checkpoint was labelled ``checkpoint`` in the tables; now by the run name train.py saves in it, with
+    the file's stem when another system has that name (two checkpoints of one run), else by the stem alone."""
+    import torch
+
+    from glmrag.api import compose_config
+    from glmrag.jobs.evaluate import checkpoint_name, system_names, with_system_names
+
+    ckpt = tmp_path / "epoch03-recall2_0.3000.ckpt"
+    torch.save({"callbacks": {"RunName": {"run_name": "gnn-musique100"}}}, ckpt)
+    cfg = compose_config("eval", ["retriever=[checkpoint,ppr]", f"ckpt_path={ckpt}", "reference=checkpoint"])
+    named = with_system_names(cfg)
+    assert list(named.retriever) == ["gnn-musique100", "ppr"] and named.reference == "gnn-musique100"
+    assert named.retriever["gnn-musique100"].ckpt_path == str(ckpt) and list(cfg.retriever)[0] == "checkpoint"
+    torch.save({"state_dict": {}}, tmp_path / "old.ckpt")  # written before checkpoints carried their run
+    assert checkpoint_name(str(tmp_path / "old.ckpt")) == "old" and checkpoint_name("missing.ckpt") == "missing"
+    taken = {"checkpoint": {"ckpt_path": str(ckpt)}, "gnn-musique100": {"ckpt_path": "other.ckpt"}}
+    assert system_names(taken)["checkpoint"] == "gnn-musique100/epoch03-recall2_0.3000"
+    unchanged = compose_config("eval", ["retriever=[dense,ppr]"])
+    assert with_system_names(unchanged) is unchanged

@@ -8,7 +8,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from glmrag.jobs.train import evaluation_config, resolve_wandb_mode, run_train, wandb_logged_in
+from glmrag.jobs.loggers import resolve_wandb_mode, wandb_logged_in
+from glmrag.jobs.train import evaluation_config, run_train
 from glmrag.models.gnn_module import GNNRetrieverModule
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,12 +17,12 @@ STUDIES = sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("study_*
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml"))
 # The paper configs embed with all-mpnet-base-v2 from the hub; the tests run offline on MiniLM.
 OFFLINE = ["index.embed_model=offline:all-MiniLM-L6-v2", "index.embed_dim=384"]
-TINY = ["model.hidden_channels=8", "model.num_layers=1", "data.limit=8", "logger=[csv]", *OFFLINE]
+TINY = ["model.gnn.hidden_channels=8", "model.gnn.num_layers=1", "data.limit=8", "logger=[csv]", *OFFLINE]
 TINY_GLM = [
     *OFFLINE,
-    "model.t5_config={d_model: 16, d_ff: 32, num_layers: 1, num_heads: 2, d_kv: 8}",
-    "model.tokenizer=offline:all-MiniLM-L6-v2",
-    "model.max_triplets=30",
+    "model.glm.t5_config={d_model: 16, d_ff: 32, num_layers: 1, num_heads: 2, d_kv: 8}",
+    "model.glm.tokenizer=offline:all-MiniLM-L6-v2",
+    "model.subgraph.max_triplets=30",
     "data.limit=8",
     "logger=[csv]",
 ]
@@ -75,8 +76,8 @@ def test_experiment_runs_fast_dev_run(experiment, glmrag_cache, tmp_path):
 def test_experiment_values_reach_the_model():
     plus = _compose(["experiment=gfm_rag_plus", "output_dir=x"])
     star = _compose(["experiment=gfm_rag_star", "output_dir=x"])
-    assert plus.model.use_node_features and plus.datamodule.node_features and plus.model.hidden_channels == 512
-    assert not star.model.use_node_features and star.pretrain is None
+    assert plus.model.gnn.use_node_features and plus.datamodule.node_features and plus.model.gnn.hidden_channels == 512
+    assert not star.model.gnn.use_node_features and star.pretrain is None
     assert _compose(["experiment=gfm_rag", "output_dir=x"]).pretrain.max_epochs == 10  # GFM-RAG stage2_kg_pretrain
     assert (plus.datamodule.batch_size, star.datamodule.batch_size) == (2, 4)  # GLM-RAG App. B
     assert _compose(["output_dir=x"]).datamodule.task == "qa"
@@ -84,7 +85,7 @@ def test_experiment_values_reach_the_model():
 
 @pytest.mark.integration  # trains on musique100 (its full index and GNN inputs)
 def test_main_job_trains_tests_and_evaluates_against_ppr(glmrag_cache, tmp_path):
-    overrides = ["experiment=demo", "model.hidden_channels=16", "trainer.max_epochs=2", "retriever@baselines=[ppr]"]
+    overrides = ["experiment=demo", "model.gnn.hidden_channels=16", "trainer.max_epochs=2", "retriever@baselines=[ppr]"]
     cfg = _compose([*overrides, "logger=[csv]", "n_boot=200", *_paths(tmp_path)])
     out = run_train(cfg)
     best = Path(out["best_checkpoint"])
@@ -107,15 +108,15 @@ def test_main_job_trains_tests_and_evaluates_against_ppr(glmrag_cache, tmp_path)
     run = stored["run"]
     assert run["num_parameters"] == sum(p.numel() for p in load_gnn(best).parameters()) > 0
     assert (run["study"], run["family"], run["eval_data"]) == ("adhoc", "gfm_rag_plus_demo", "musique100")
-    assert run["settings"]["model.hidden_channels"] == 16 and run["settings"]["model.max_triplets"] is None
-    assert OmegaConf.load(out["stored"][0] / "config.yaml").model.hidden_channels == 16
+    assert run["settings"]["model.gnn.hidden_channels"] == 16 and run["settings"]["model.subgraph.max_triplets"] is None
+    assert OmegaConf.load(out["stored"][0] / "config.yaml").model.gnn.hidden_channels == 16
 
 
 @pytest.mark.integration  # trains on musique100 (its full index and GNN inputs)
 def test_glm_trains_tests_and_evaluates_like_the_gnn(glmrag_cache, tmp_path):
     overrides = ["experiment=glm_demo", "trainer.max_epochs=1", "retriever@baselines=[ppr]", "data.limit=12"]
-    cfg = _compose([*overrides, "model.max_triplets=40", "logger=[csv]", "n_boot=100", *_paths(tmp_path)])
-    assert cfg.datamodule.subgraph.max_triplets == 40 and cfg.datamodule.tokenizer == cfg.model.tokenizer
+    cfg = _compose([*overrides, "model.subgraph.max_triplets=40", "logger=[csv]", "n_boot=100", *_paths(tmp_path)])
+    assert cfg.datamodule.subgraph.max_triplets == 40 and cfg.datamodule.tokenizer == cfg.model.glm.tokenizer
     out = run_train(cfg)
     result = out["eval"]
     assert result.systems == ["glm_demo-musique100", "ppr"]
@@ -124,21 +125,24 @@ def test_glm_trains_tests_and_evaluates_like_the_gnn(glmrag_cache, tmp_path):
         out["metrics"]["test/recall@2"], abs=1e-6
     )
     run = json.loads((out["stored"][0] / "metrics.json").read_text())["run"]
-    assert run["settings"]["model.max_triplets"] == 40 and run["settings"]["model.t5_config"]["d_model"] == 128
-    assert "model.hidden_channels" not in run["settings"] and run["family"] == "glm_demo"
+    assert run["settings"]["model.subgraph.max_triplets"] == 40
+    assert run["settings"]["model.glm.t5_config"]["d_model"] == 128
+    assert "model.gnn.hidden_channels" not in run["settings"] and run["family"] == "glm_demo"
 
 
 def test_glm_ablation_values_reach_the_model_and_datamodule():
     linear = _compose(["experiment=glm_linear", "output_dir=x"])
     assert (
-        linear.model.layout == "linear"
+        linear.model.subgraph.layout == "linear"
         and linear.datamodule.subgraph.layout == "linear"
-        and linear.model.t5 == "t5-base"
+        and linear.model.glm.t5 == "t5-base"
     )
-    assert _compose(["experiment=glm_local", "output_dir=x"]).model.attention == "local"
+    assert _compose(["experiment=glm_local", "output_dir=x"]).model.glm.attention == "local"
     none = _compose(["experiment=glm_no_interaction", "output_dir=x"])
-    assert not none.model.use_text and not none.datamodule.subgraph.use_text and not none.model.query_interaction
-    hops = _compose(["experiment=glm_rag", "model.max_hops=3", "model.max_triplets=300", "output_dir=x"])
+    assert not none.model.subgraph.use_text and not none.datamodule.subgraph.use_text
+    assert not none.model.glm.query_interaction
+    hops = ["experiment=glm_rag", "model.subgraph.max_hops=3", "model.subgraph.max_triplets=300", "output_dir=x"]
+    hops = _compose(hops)
     assert (hops.datamodule.subgraph.max_hops, hops.datamodule.subgraph.max_triplets) == (3, 300)
 
 
@@ -234,14 +238,14 @@ def test_every_study_run_composes_into_one_results_folder(study, train_config):
 
 def test_study_values_follow_the_paper(train_config):
     restriction = study_runs("study_subgraph_restriction", train_config)  # Table 3
-    assert sorted(c.model.max_triplets for c in restriction if c.family == "glm_rag") == [300, 400, 500, 600]
-    gnn = {c.model_name: c.model.max_triplets for c in restriction if c.family == "gfm_rag_star"}
+    assert sorted(c.model.subgraph.max_triplets for c in restriction if c.family == "glm_rag") == [300, 400, 500, 600]
+    gnn = {c.model_name: c.model.subgraph.max_triplets for c in restriction if c.family == "gfm_rag_star"}
     assert gnn == {"gfm_rag_star": None} | {f"gfm_rag_star_t{t}": t for t in (600, 500, 400, 300)}
     capacity = study_runs("study_capacity_scaling", train_config)  # Table 18 pairs
-    pairs = {(c.capacity, c.model.get("hidden_channels") or c.model.t5) for c in capacity}
+    pairs = {(c.capacity, c.model.get("gnn", {}).get("hidden_channels") or c.model.glm.t5) for c in capacity}
     assert {p for p in pairs if p[0] == "small"} == {("small", 1024), ("small", "t5-small")}
-    assert {c.model.hidden_channels for c in capacity if "hidden_channels" in c.model} == {1024, 2048, 4096}
-    assert {c.model.t5 for c in capacity if "t5" in c.model} == {"t5-small", "t5-base", "t5-large"}
+    assert {c.model.gnn.hidden_channels for c in capacity if "gnn" in c.model} == {1024, 2048, 4096}
+    assert {c.model.glm.t5 for c in capacity if "glm" in c.model} == {"t5-small", "t5-base", "t5-large"}
     assert {c.family for c in capacity} == {"gfm_rag_star", "gfm_rag_plus", "glm_rag"}
     scaling = study_runs("study_data_scaling", train_config)  # Fig. 7
     assert sorted({c.datamodule.train_fraction for c in scaling}) == [0.25, 0.5, 0.75, 1.0]
@@ -263,3 +267,14 @@ def test_transfer_study_evaluates_on_other_datasets(train_config):
     assert other.output_dir == "x/eval_2wiki_test" and other.reference == cfg.run_name
     with pytest.raises(ValueError, match="not dataset 'toy'"):
         evaluation_config(cfg, "best.ckpt", "toy")
+
+
+def test_an_unknown_experiment_is_an_error_listing_the_experiments():
+    """Issue 25 item 10: every unknown name an error listing the valid ones (before Hydra composes anything)."""
+    from glmrag.jobs.cli import unknown_choice_error
+
+    message = unknown_choice_error(["experiment=dmeo", "trainer.max_epochs=1"], "train.py")
+    assert message.startswith("train.py: no experiment config named 'dmeo' (in 'experiment=dmeo').")
+    assert "Did you mean 'demo'?" in message
+    assert f"are: {', '.join(EXPERIMENTS)}." in message and message.endswith("More: python train.py --help")
+    assert unknown_choice_error(["experiment=demo", "model=gnn", "logger=[csv,wandb]"], "train.py") is None

@@ -1,15 +1,11 @@
 """Question groupings and graph analysis measures of GLM-RAG App. D and §6.
 
-Groupings assign every evaluated question a bucket label: its number of
-supporting passages (App. D.1 "Document level"), its hop count, its
-entity-level depth (App. D.1 "Entity level") and its neighbourhood density
-tercile (App. D.2, Fig. 17-18). :func:`group_means` then averages any
-per-question metric within each bucket.
-
-The analysis measures (§6, computed as in App. G) describe what a retriever
-returns rather than whether it is right: the mean cosine between the question
-and the top-k retrieved entities, and their mean hop distance from the seeds.
-They need ``Ranking.entity_ids``; for rankings without entities they are None.
+Groupings give every evaluated question a bucket: its number of supporting passages, its hop count, its
+entity-level depth (App. D.1) and its neighbourhood density tercile (App. D.2, Fig. 17-18);
+:func:`group_means` averages any per-question metric within each bucket, with bootstrap CIs on request.
+The analysis measures (§6, computed as in App. G) describe what a retriever returns: the mean cosine
+between the question and its top-k retrieved entities, and their mean hop distance from the seeds
+(None for rankings without ``Ranking.entity_ids``).
 """
 
 from __future__ import annotations
@@ -20,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from glmrag.data.types import Question
+from glmrag.eval.significance import bootstrap_ci
 from glmrag.graph.traverse import hop_distances, triples_within
 from glmrag.index.kg import KGIndex
 from glmrag.retrievers.base import Ranking
@@ -139,6 +136,18 @@ def density_terciles(density: Sequence[int] | np.ndarray) -> list[str]:
     return labels
 
 
+def row_bucket(row: Mapping, grouping: str) -> str | None:
+    """The bucket of ``grouping`` a row of the evaluator's ``per_question`` is in (as :class:`QuestionFeatures`
+    labels it); None for a density bucket of a question without gold passages."""
+    if grouping == "n_supporting":
+        return str(row["n_supporting"])
+    if grouping == "hops":
+        return UNKNOWN if row["hops"] is None else str(row["hops"])
+    if grouping in ("depth", "density"):
+        return row[f"{grouping}_bucket"]
+    raise ValueError(f"unknown grouping {grouping!r}; expected n_supporting, hops, depth or density")
+
+
 def _bucket_key(label: str) -> tuple[int, float, str]:
     try:
         return (0, float(label), label)
@@ -148,25 +157,33 @@ def _bucket_key(label: str) -> tuple[int, float, str]:
 
 
 def group_means(
-    metrics: Mapping[str, Sequence[float | None]], buckets: Sequence[str]
-) -> dict[str, dict[str, float | int | None]]:
+    metrics: Mapping[str, Sequence[float | None]], buckets: Sequence[str], n_boot: int | None = None, seed: int = 0
+) -> dict[str, dict]:
     """Mean of each metric within each bucket, plus the bucket size ``n``.
 
     ``metrics[name][i]`` is question i's value (None: not defined for that
     question, left out of that mean); ``buckets[i]`` its label. Buckets come out
     in numeric order, then low/mid/high, then other labels ('unknown',
-    'unreachable'). A mean over no defined values is None.
+    'unreachable'). A mean over no defined values is None. With ``n_boot``, a
+    bucket also holds ``ci``: metric -> ``[low, high]``, the 95% percentile
+    bootstrap interval of its mean (:func:`~glmrag.eval.significance.bootstrap_ci`, ``seed``).
     """
     groups: dict[str, list[int]] = {}
     for i, label in enumerate(buckets):
         groups.setdefault(label, []).append(i)
-    out: dict[str, dict[str, float | int | None]] = {}
+    out: dict[str, dict] = {}
     for label in sorted(groups, key=_bucket_key):
         rows = groups[label]
-        entry: dict[str, float | int | None] = {"n": len(rows)}
+        entry: dict = {"n": len(rows)}
+        intervals: dict[str, list[float]] = {}
         for name, values in metrics.items():
             defined = [values[i] for i in rows if values[i] is not None]
             entry[name] = float(np.mean(defined)) if defined else None
+            if n_boot and defined:
+                ci = bootstrap_ci(defined, n_boot, seed)
+                intervals[name] = [ci.low, ci.high]
+        if intervals:
+            entry["ci"] = intervals
         out[label] = entry
     return out
 

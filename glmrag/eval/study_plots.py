@@ -1,24 +1,19 @@
-"""Figures of a study report, as PNG files (matplotlib's Agg canvas; no display, no pyplot state).
+"""Figures of a study report and of one evaluation, as PNG files (matplotlib's Agg canvas, no pyplot state).
 
-- :func:`plot_scaling`: Recall@2 against the parameter count, one line per family (GLM-RAG Fig. 6);
-- :func:`plot_sweep`: Recall@2 against the one value a study sweeps (Table 3's triplet budget, Fig. 7's
-  training questions), one line per family; a family with one run and no such value (the unrestricted
-  GFM-RAG* of Table 3) is a dashed horizontal line;
-- :func:`plot_breakdown`: Recall@2 by number of hops or of supporting passages (the evaluator's
-  breakdowns), one line per run's trained system, the baselines of the first run dashed;
-- :func:`evaluation_figures`: those breakdowns for one evaluation (a training job's, which logs them to
-  wandb as images: :func:`glmrag.jobs.loggers.log_figures`).
-
-Every series has a colour and a marker of its own (:func:`series_style`; baselines too, never a
-shared grey), and breakdown lines are dodged sideways a little so that equal values do not hide
-one series under another.
-
-Each returns the path it wrote, or None when the runs hold nothing to draw.
+:func:`plot_scaling` draws Recall@2 against the parameter count (GLM-RAG Fig. 6); :func:`plot_sweep` against
+the value a study sweeps (Table 3's triplet budget, Fig. 7's training questions); :func:`plot_breakdown`
+by bucket of the evaluator's breakdowns (hops, supporting passages), with 95% CIs where the breakdowns
+hold them, hollow unjoined markers for buckets of fewer than :data:`SMALL_N` questions, and no second
+figure when two groupings put every question in the same bucket (MuSiQue: hops = supporting passages).
+:func:`evaluation_figures` draws those for one evaluation. Every series has a colour and marker of its
+own (:func:`series_style`), dodged sideways a little so equal values do not hide one another. Each
+returns the path it wrote, or None when there is nothing to draw.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +22,7 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from glmrag.eval.breakdowns import group_means, row_bucket
 from glmrag.eval.outputs import _label, metrics_json
 from glmrag.eval.result import EvalResult
 from glmrag.eval.store import StoredRun
@@ -39,6 +35,9 @@ number of supporting passages)."""
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 DODGE = 0.06
 """Sideways shift between neighbouring series of a breakdown, in bucket widths."""
+SMALL_N = 10
+"""Buckets of fewer questions are drawn hollow and not joined to their neighbours (engineering choice: below
+about ten questions a bucket's mean and its bootstrap CI say little)."""
 
 
 def series_style(i: int) -> dict:
@@ -129,15 +128,41 @@ def plot_sweep(rows: Sequence[Row], key: str, path: str | os.PathLike[str], metr
     return _save(fig, path)
 
 
+def repeated_groupings(runs: Sequence[StoredRun], groupings: Sequence[str] = FIGURE_GROUPINGS) -> dict[str, str]:
+    """Grouping -> the earlier grouping it repeats: every run's breakdowns equal (same buckets, sizes, values)."""
+    repeats: dict[str, str] = {}
+    for j, grouping in enumerate(groupings):
+        for earlier in groupings[:j]:
+            if earlier not in repeats and all(
+                grouping in r.metrics.get("breakdowns", {})
+                and r.metrics["breakdowns"][grouping] == r.metrics["breakdowns"].get(earlier)
+                for r in runs
+            ):
+                repeats[grouping] = earlier
+                break
+    return repeats
+
+
+LABELS = {"hops": "hops", "n_supporting": "supporting passages", "density": "neighbourhood density"}
+
+
 def plot_breakdown(
-    runs: Sequence[StoredRun], grouping: str, path: str | os.PathLike[str], metric: str = METRIC
+    runs: Sequence[StoredRun],
+    grouping: str,
+    path: str | os.PathLike[str],
+    metric: str = METRIC,
 ) -> Path | None:
-    """Recall by bucket of ``grouping`` (``hops``, ``n_supporting``, ``density``) for every run."""
+    """Recall by bucket of ``grouping`` (``hops``, ``n_supporting``, ``density``) for every run, with the
+    buckets' ``ci`` as error bars where the breakdowns hold one. None when no run holds the grouping or it
+    repeats an earlier one of :data:`FIGURE_GROUPINGS` (:func:`repeated_groupings`); the figure of that
+    earlier one names both in its title."""
     runs = [r for r in runs if grouping in r.metrics.get("breakdowns", {})]
-    if not runs:
+    repeats = repeated_groupings(runs)
+    if not runs or grouping in repeats:
         return None
-    label = {"hops": "hops", "n_supporting": "supporting passages", "density": "neighbourhood density"}
-    fig, ax = _axes(f"{_label(metric)} by {label.get(grouping, grouping)}", label.get(grouping, grouping), metric)
+    same_as = [g for g, earlier in repeats.items() if earlier == grouping]
+    name = " = ".join(LABELS.get(g, g) for g in (grouping, *same_as))
+    fig, ax = _axes(f"{_label(metric)} by {name}", name, metric)
     buckets = sorted(
         {b for run in runs for by in run.metrics["breakdowns"][grouping].values() for b in by}, key=_sort_key
     )
@@ -149,32 +174,75 @@ def plot_breakdown(
     baselines = [s for s in first["systems"] if s != first["reference"]]
     n_series = len(runs) + len(baselines)
 
-    def line(i: int, by: dict, **style) -> None:
+    def line(i: int, by: dict, label: str, linestyle: str = "-") -> None:
+        """One Line2D per series (broken by NaN before and after a small bucket), hollow markers over the small
+        buckets, and the CIs as vertical bars (collections, so ``ax.lines`` holds the series only)."""
+        style = series_style(i)
         shift = (i - (n_series - 1) / 2) * DODGE
-        pts = sorted((x[b] + shift, 100 * v[metric]) for b, v in by.items() if v.get(metric) is not None)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], **series_style(i), **style)
+        pts = sorted((x[b] + shift, 100 * v[metric], v) for b, v in by.items() if v.get(metric) is not None)
+        xs: list[float] = []
+        ys: list[float] = []
+        for j, (xi, yi, v) in enumerate(pts):
+            if j and min(v["n"], pts[j - 1][2]["n"]) < SMALL_N:
+                xs.append(math.nan)
+                ys.append(math.nan)
+            xs.append(xi)
+            ys.append(yi)
+        ax.plot(xs, ys, linestyle=linestyle, label=label, **style)
+        small = [(xi, yi) for xi, yi, v in pts if v["n"] < SMALL_N]
+        if small:
+            sx, sy = zip(*small, strict=True)
+            ax.scatter(sx, sy, marker=style["marker"], facecolors="white", edgecolors=[style["color"]], zorder=3)
+        bars = [(xi, 100 * ci[0], 100 * ci[1]) for xi, _, v in pts if (ci := v.get("ci", {}).get(metric))]
+        if bars:
+            bx, low, high = zip(*bars, strict=True)
+            ax.vlines(bx, low, high, color=style["color"], linewidth=1.2, alpha=0.8)
+            ax.scatter([*bx, *bx], [*low, *high], marker="_", color=style["color"], s=40)
 
     for i, run in enumerate(runs):
         by_system = run.metrics["breakdowns"][grouping]
-        line(i, by_system.get(run.metrics["reference"], {}), label=run.run_id)
+        line(i, by_system.get(run.metrics["reference"], {}), run.run_id)
     for j, system in enumerate(baselines):
-        line(len(runs) + j, first["breakdowns"][grouping].get(system, {}), linestyle="--", label=f"{system} (dashed)")
+        line(len(runs) + j, first["breakdowns"][grouping].get(system, {}), f"{system} (dashed)", "--")
     n = {b: v.get("n") for b, v in first["breakdowns"][grouping].get(first["reference"], {}).items()}
     ax.set_xticks(list(x.values()), [f"{b}\n(n={n[b]})" if n.get(b) else str(b) for b in buckets])
+    with_ci = any("ci" in v for run in runs for by in run.metrics["breakdowns"][grouping].values() for v in by.values())
+    note = f"{'bars: 95% bootstrap CI; ' if with_ci else ''}hollow, unjoined: n < {SMALL_N}"
+    ax.set_xlabel(f"{name}\n({note})")
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
 
 
+def breakdowns_with_ci(
+    result: EvalResult, metric: str, groupings: Sequence[str] = FIGURE_GROUPINGS
+) -> dict[str, dict[str, dict]]:
+    """Grouping -> system -> bucket -> ``{n, metric, ci}`` from ``result``'s per-question rows (the questions
+    where ``metric`` is defined), bootstrapped with the evaluation's own ``n_boot`` and ``seed``."""
+    n_boot = result.settings.n_boot or 1000
+    seed = result.settings.seed
+    out: dict[str, dict[str, dict]] = {}
+    for g in groupings:
+        out[g] = {}
+        for system, rows in result.per_question.items():
+            rows = [r for r in rows if r.get(metric) is not None]
+            out[g][system] = group_means(
+                {metric: [r[metric] for r in rows]}, [row_bucket(r, g) for r in rows], n_boot, seed
+            )
+    return out
+
+
 def evaluation_figures(result: EvalResult, folder: str | os.PathLike[str]) -> dict[str, Path]:
-    """``recall_by_<grouping>.png`` in ``folder`` for each of :data:`FIGURE_GROUPINGS` that ``result`` holds:
-    the reference system's line and every other system's dashed; returns the written paths by file name."""
+    """``recall_by_<grouping>.png`` in ``folder`` for each of :data:`FIGURE_GROUPINGS` that ``result`` holds
+    and that does not repeat an earlier one: the reference system's line and every other system's dashed,
+    with 95% CIs; returns the written paths by file name."""
     recalls = [m for m in result.metric_names if m.startswith("recall@")]
     metric = METRIC if METRIC in recalls else next(iter(recalls), None)
     if metric is None:
         return {}
-    run = StoredRun(run_id=str(result.reference or result.systems[0]), path=Path(folder), metrics=metrics_json(result))
+    groupings = [g for g in FIGURE_GROUPINGS if g in result.breakdowns]
+    metrics = metrics_json(result) | {"breakdowns": breakdowns_with_ci(result, metric, groupings)}
+    run = StoredRun(run_id=str(result.reference or result.systems[0]), path=Path(folder), metrics=metrics)
     figures = {
-        f"recall_by_{g}.png": plot_breakdown([run], g, Path(folder) / f"recall_by_{g}.png", metric)
-        for g in FIGURE_GROUPINGS
+        f"recall_by_{g}.png": plot_breakdown([run], g, Path(folder) / f"recall_by_{g}.png", metric) for g in groupings
     }
     return {name: path for name, path in figures.items() if path is not None}

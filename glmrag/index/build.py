@@ -1,17 +1,10 @@
 """Build a :class:`~glmrag.index.kg.KGIndex` from a corpus, its questions and an extractor.
 
-The stages follow GFM-RAG's KG-index construction, which GLM-RAG reuses
-(GLM-RAG §4.1 and Table 14: OpenIE, then entity resolution): extract, normalise
-phrases, collect vocabularies and triples, add ``equivalent`` edges between
-entities whose embeddings are close (GFM-RAG ``kg_constructor``:
-``threshold: 0.8``, ``max_sim_neighbors: 100``, only for phrases of more than
-two letters/digits), then link question mentions to entities. Deliberate
-departures: every distinct ``(head, relation, tail)`` is kept (GFM-RAG's
-``{(h, t): r}`` dict keeps only the last relation of a pair); the embedding
-model is MiniLM instead of ColBERTv2, so everything runs offline; and since
-MiniLM scores "14 october 1950" and "22 august 1951" (or "75 proof" and
-"80 proof") above 0.8, entities whose numbers differ are not made synonyms
-(``synonym_same_numbers``).
+The stages of GFM-RAG's KG-index construction, which GLM-RAG reuses (GLM-RAG §4.1, Table 14): extract,
+normalise phrases, collect vocabularies and triples, add ``equivalent`` edges between entities whose
+embeddings are close (:class:`IndexSettings`), link question mentions to entities. Every distinct
+``(head, relation, tail)`` is kept, where GFM-RAG's ``{(h, t): r}`` keeps the last relation of a pair. The
+embedding and the synonym search log their progress (:mod:`glmrag.progress`).
 """
 
 from __future__ import annotations
@@ -22,6 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
@@ -49,7 +43,8 @@ class IndexSettings:
     synonym_min_chars: int = 3
     """Entities with fewer letters and digits get no outgoing synonym edges (GFM-RAG: more than two)."""
     synonym_same_numbers: bool = True
-    """Only entities with the same numbers (digit runs, as a multiset) can be synonyms."""
+    """Only entities with the same numbers (digit runs, as a multiset) can be synonyms: MiniLM scores
+    "14 october 1950" and "22 august 1951" (or "75 proof" and "80 proof") above 0.8. Not in GFM-RAG."""
     synonym_exact_max: int = 100_000
     """Groups of up to this many entities get the exact synonym search (quadratic); larger ones an approximate
     search (:mod:`glmrag.index.ann`, ~m^1.5; recall measured in ``benchmarks/scaling.md``). The
@@ -206,7 +201,7 @@ def build_index(
     question_links = {}
     if qa and entities:
         mentions = question_mentions(qa, settings.spacy_model)
-        encode = embedder.encode if embedder is not None else None
+        encode = partial(embedder.encode, stage="embedding question mentions") if embedder is not None else None
         links = link_mentions(mentions, entities, emb, encode, settings.link_min_score, settings.link_fallback)
         question_links = {q.id: ls for q, ls in zip(qa, links, strict=True)}
     timings["link_questions"] = time.perf_counter() - t1

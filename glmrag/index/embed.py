@@ -19,8 +19,10 @@ from glmrag.index.offline_models import offline_model_path
 from glmrag.progress import stage_progress
 
 DEFAULT_MODEL = "offline:all-MiniLM-L6-v2"
-CHUNK_BATCHES = 16
-"""Batches per progress step of an embedding run (engineering choice: a step every few seconds on a CPU)."""
+DEFAULT_STAGE = ("embedding", "phrase")
+"""Stage and unit of the progress lines of :meth:`Embedder.encode` unless the caller names its work."""
+CHUNK_BATCHES = 2
+"""Batches per progress step of an embedding run (engineering choice: a step every ~10 s on a loaded 2-core CPU)."""
 
 
 def resolve_model_path(name: str) -> str:
@@ -63,6 +65,7 @@ class Embedder:
         self.device = device
         self.cache_dir = cache_dir  # phrase cache root (glmrag.index.embed_cache), a folder per model; None: none
         self._cache: PhraseEmbeddingCache | None = None
+        self._stage = DEFAULT_STAGE
 
     @property
     def model(self):
@@ -70,20 +73,28 @@ class Embedder:
 
     @property
     def dim(self) -> int:
-        return int(self.model.get_sentence_embedding_dimension())
+        model = self.model
+        # sentence-transformers 6 renamed get_sentence_embedding_dimension (a FutureWarning on every call)
+        get = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        return int(get())
 
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed each distinct text once (through the phrase cache when ``cache_dir`` is set).
+    def encode(self, texts: Sequence[str], stage: str = "embedding", unit: str = "phrase") -> np.ndarray:
+        """Embed each distinct text once (through the phrase cache when ``cache_dir`` is set); ``stage`` and
+        ``unit`` name the work in the progress lines (:mod:`glmrag.progress`).
 
         Shapes: ``texts`` (N,) -> (N, dim) float32 with unit rows.
         """
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
-        if self.cache_dir is not None:
-            return self.phrase_cache.encode(texts, self._encode_distinct)
-        first = {}
-        where = np.array([first.setdefault(t, len(first)) for t in texts], dtype=np.int64)  # (N,)
-        return self._encode_distinct(list(first))[where]
+        self._stage = (stage, unit)  # read by _encode_distinct, the callable the phrase cache calls
+        try:
+            if self.cache_dir is not None:
+                return self.phrase_cache.encode(texts, self._encode_distinct)
+            first = {}
+            where = np.array([first.setdefault(t, len(first)) for t in texts], dtype=np.int64)  # (N,)
+            return self._encode_distinct(list(first))[where]
+        finally:
+            self._stage = DEFAULT_STAGE
 
     @property
     def phrase_cache(self) -> PhraseEmbeddingCache:
@@ -104,7 +115,8 @@ class Embedder:
         order = np.argsort([-len(t) for t in texts], kind="stable")  # (N,) longest first
         chunk = self.batch_size * CHUNK_BATCHES
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        with stage_progress("embedding", len(texts), unit="phrase") as advance:
+        stage, unit = self._stage
+        with stage_progress(stage, len(texts), unit=unit) as advance:
             for start in range(0, len(texts), chunk):
                 rows = order[start : start + chunk]
                 out[rows] = self.model.encode(

@@ -69,7 +69,8 @@ class DenseRetriever:
                 log.warning("%s holds %d rows for %d passages; re-embedding", path, matrix.shape[0], len(corpus))
                 matrix = None
         if matrix is None:
-            matrix = self.embedder.encode([passage_text(p) for p in corpus])
+            texts = [passage_text(p) for p in corpus]
+            matrix = self.embedder.encode(texts, stage="dense retriever: passage embedding", unit="passage")
             if path is not None:
                 write_cache_array(path, matrix)
         self._passages[key] = matrix

@@ -132,3 +132,19 @@ def test_a_validation_outside_fit_is_not_called_an_epoch(caplog, cpu_trainer, mo
         trainer.validate(Regression())
     lines = [r.getMessage() for r in caplog.records if r.name == "glmrag.models.log_progress"]
     assert lines and all(line.startswith("validation: ") and " batches, " in line for line in lines), lines
+
+
+def test_log_progress_reports_an_epoch_whose_first_batch_is_slow(caplog, monkeypatch):
+    """The demo's sanity check took 33 s for its first batch, and nothing was logged until it ended."""
+    import time
+
+    monkeypatch.delenv("GLMRAG_QUIET", raising=False)
+    trainer = type("T", (), {"is_global_zero": True, "callback_metrics": {}})()
+    progress = LogProgress(every_s=0.05, on_terminal=True)
+    with caplog.at_level(logging.INFO, logger="glmrag.models.log_progress"):
+        progress.setup(trainer, None, "fit")
+        progress._begin("val", "sanity check", 2)
+        time.sleep(0.3)
+        progress.teardown(trainer, None, "fit")
+    lines = [r.getMessage() for r in caplog.records if r.name == "glmrag.models.log_progress"]
+    assert any(line.startswith("sanity check: first batch of 2 running for 0 s") for line in lines), lines
