@@ -295,10 +295,11 @@ def rank_all(
     out = Ranked()
     for name, retriever in retrievers.items():
         guarded = GuardedRetrieval(name, retriever, index, corpus, depth)
-        with stage_progress(f"{name}: retrieval of {len(questions)} questions"):  # a line every 15 s in a log
+        with stage_progress(f"{name}: retrieval", len(questions), "question") as advance:  # a line every 15 s
             out.rankings[name], out.setup_seconds[name], out.ms_per_question[name] = timed_retrieve(
                 retriever, questions, index, corpus, depth, run=guarded
             )
+            advance(len(questions))  # retrievers rank a whole batch at once: counted when it is done
         out.failed[name] = guarded.failed
         ranking_log.append(name, out.rankings[name])  # kept if anything later fails (a full disk, a crash)
         setup = "not separated" if out.setup_seconds[name] is None else f"{out.setup_seconds[name]:.1f} s"

@@ -16,6 +16,7 @@ Log keys (lightning-hydra-template): ``train/loss``; ``val/loss``, ``val/recall@
 from __future__ import annotations
 
 import logging
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
@@ -263,8 +264,10 @@ class StepSchedule:
     ``schedule`` is ``(optimizer=, total_steps=) -> LRScheduler``, e.g. ``torch.optim.lr_scheduler.OneCycleLR``
     with ``_partial_: true`` (warm-up, then annealing); ``total_steps`` is the run's number of optimizer steps
     (``trainer.estimated_stepping_batches``: epochs x batches, over accumulation), so the schedule fits any
-    ``trainer.max_epochs`` or dataset size. The per-epoch default would warm up over whole epochs. A resumed
-    run restores the schedule with its saved step count: resume with the same ``trainer.max_epochs``.
+    ``trainer.max_epochs`` or dataset size. The per-epoch default would warm up over whole epochs. With
+    :func:`warmup_cosine` a resumed run follows the resumed run's step count (a run extended from 2 to 3
+    epochs re-plans the rest of its schedule); torch's ``OneCycleLR`` restores its saved step count instead
+    and fails once a resumed run outlasts it.
     """
 
     def __init__(self, schedule: Callable[..., Any]) -> None:
@@ -277,3 +280,42 @@ class StepSchedule:
 
     def __repr__(self) -> str:
         return f"StepSchedule({self.schedule!r})"
+
+
+def warmup_cosine(
+    optimizer: torch.optim.Optimizer,
+    total_steps: int,
+    warmup: float = 0.1,
+    start_factor: float = 1 / 25,
+    final_factor: float = 1 / 25 / 1e4,
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A one-cycle schedule for :class:`StepSchedule`: the lr rises from ``start_factor`` x lr to lr over the first
+    ``warmup`` share of ``total_steps``, then falls to ``final_factor`` x lr, both along half a cosine.
+
+    The shape and defaults of torch's ``OneCycleLR`` (``div_factor`` 25, ``final_div_factor`` 1e4), but its
+    factor is a closure that a checkpoint does not store, so a resumed run uses its own ``total_steps`` and a
+    step past the end keeps the final rate instead of raising.
+    """
+    peak = max(warmup * total_steps - 1.0, 0.0)  # OneCycleLR's end of the warm-up phase
+    end = max(total_steps - 1.0, peak)
+
+    def cosine(start: float, stop: float, share: float) -> float:
+        return stop + (start - stop) / 2.0 * (math.cos(math.pi * min(max(share, 0.0), 1.0)) + 1.0)
+
+    def factor(step: int) -> float:
+        if step <= peak:
+            return cosine(start_factor, 1.0, step / peak) if peak > 0 else 1.0
+        return cosine(1.0, final_factor, (step - peak) / (end - peak)) if end > peak else final_factor
+
+    return _Replanned(optimizer, factor)
+
+
+class _Replanned(torch.optim.lr_scheduler.LambdaLR):
+    """A ``LambdaLR`` that, once a checkpoint's state is loaded, sets the rate of the restored step from its own
+    factor: the optimizer state restored before it carries the saved run's last rate."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        for group, base, factor in zip(self.optimizer.param_groups, self.base_lrs, self.lr_lambdas, strict=True):
+            group["lr"] = base * factor(self.last_epoch)
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from glmrag.models.retriever_module import Evaluation, RetrieverModule, StepSchedule
+from glmrag.models.retriever_module import Evaluation, RetrieverModule, StepSchedule, warmup_cosine
 
 
 class Regression(RetrieverModule):
@@ -117,3 +117,55 @@ def test_demo_config_warms_up_to_its_learning_rate_per_step(train_config):
     assert 1 <= rates.index(peak) < 75 // 2
     assert optimizer.param_groups[0]["betas"] == (0.9, 0.999)  # AdamW's betas are left alone (no momentum cycle)
     assert not math.isnan(sum(rates))
+
+
+def test_warmup_cosine_gives_one_cycle_rates():
+    # torch's OneCycleLR (cosine, div_factor 25, final_div_factor 1e4) as the reference, over 75 steps
+    def rates(make) -> list[float]:
+        optimizer = torch.optim.AdamW([nn.Parameter(torch.zeros(1))], lr=1e-2)
+        scheduler, out = make(optimizer), []
+        for _ in range(75):
+            out.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+        return out
+
+    ours = rates(lambda opt: warmup_cosine(opt, total_steps=75, warmup=0.1))
+    torch_rates = rates(
+        lambda opt: torch.optim.lr_scheduler.OneCycleLR(
+            opt, max_lr=1e-2, total_steps=75, pct_start=0.1, cycle_momentum=False
+        )
+    )
+    assert ours == pytest.approx(torch_rates, rel=1e-9, abs=1e-15)
+
+
+def test_warmup_cosine_resumes_into_a_longer_run(cpu_trainer, tmp_path):
+    # 2 epochs, then resumed to 3 (as a user extends a run with ckpt_path=last): OneCycleLR raises here
+    # ("Tried to step 7 times"), warmup_cosine re-plans the remaining steps over the new total.
+    schedule = StepSchedule(functools.partial(warmup_cosine, warmup=0.2))
+    first = cpu_trainer(max_epochs=2, limit_val_batches=0, default_root_dir=tmp_path, enable_checkpointing=True)
+    first.fit(Regression(schedule), train_dataloaders=batches(3))
+    ckpt = tmp_path / "two.ckpt"
+    first.save_checkpoint(ckpt)
+    resumed = Regression(schedule)
+    cpu_trainer(max_epochs=3, limit_val_batches=0, default_root_dir=tmp_path).fit(
+        resumed, train_dataloaders=batches(3), ckpt_path=ckpt
+    )
+    reference = torch.optim.AdamW([nn.Parameter(torch.zeros(1))], lr=1e-2)
+    fresh = warmup_cosine(reference, total_steps=9, warmup=0.2)
+    expected = []
+    for _ in range(9):
+        expected.append(reference.param_groups[0]["lr"])
+        reference.step()
+        fresh.step()
+    assert resumed.lrs == pytest.approx(expected[6:])  # steps 6-8 of a 9-step plan
+    assert resumed.lrs[-1] < resumed.lrs[0]
+
+
+def test_warmup_cosine_keeps_the_final_rate_past_its_end():
+    optimizer = torch.optim.AdamW([nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = warmup_cosine(optimizer, total_steps=4, warmup=0.5, final_factor=0.01)
+    for _ in range(6):
+        optimizer.step()
+        scheduler.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.01)
