@@ -38,7 +38,8 @@ class TrainingCurves(Callback):
         self.steps: list[tuple[int, float]] = []
         """``(global step, train/loss)`` after each optimizer step."""
         self.epochs: list[tuple[int, int, dict[str, float]]] = []
-        """``(epoch, global step, {val metric: value})`` after each validation (sanity check excluded)."""
+        """``(epochs trained, global step, {val metric: value})`` after each validation (sanity check excluded;
+        a validation before fit, of the untrained model, has 0 epochs trained)."""
 
     @property
     def state_key(self) -> str:
@@ -56,7 +57,8 @@ class TrainingCurves(Callback):
             return
         values = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/") and v.numel() == 1}
         if values:
-            self.epochs.append((trainer.current_epoch, trainer.global_step, values))
+            trained = trainer.current_epoch + (1 if trainer.state.fn == "fit" else 0)  # trainer.validate: before fit
+            self.epochs.append((trained, trainer.global_step, values))
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.is_global_zero and (self.steps or self.epochs):
@@ -104,12 +106,12 @@ def curves_figure(steps: list[tuple[int, float]], epochs: list[tuple[int, int, d
     loss_ax.set(title="Loss", xlabel="optimizer step", ylabel="loss")
     names = sorted({k for *_, v in epochs for k in v if k != "val/loss"})
     for i, name in enumerate(names):
-        points = [(epoch + 1, 100 * v[name]) for epoch, _, v in epochs if name in v]
+        points = [(trained, 100 * v[name]) for trained, _, v in epochs if name in v]
         style = "--" if name.endswith("_best") else "-"
         metric_ax.plot(*zip(*points, strict=True), style, marker="os^Dv"[i % 5], label=name)
-    metric_ax.set(title="Validation", xlabel="epoch", ylabel="×100")
+    metric_ax.set(title="Validation", xlabel="epochs trained (0: the untrained model)", ylabel="×100")
     if epochs:
-        metric_ax.set_xticks(sorted({e + 1 for e, *_ in epochs}))
+        metric_ax.set_xticks(sorted({trained for trained, *_ in epochs}))
     for ax in (loss_ax, metric_ax):
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[1]:

@@ -59,11 +59,21 @@ def test_training_curves_record_every_step_and_epoch_and_write_a_png(tmp_path, c
     _fit([curves], cpu_trainer)
     assert [s for s, _ in curves.steps] == list(range(1, 2 * BATCHES + 1))  # every step, not every 10th
     assert curves.steps[-1][1] < curves.steps[0][1]  # the loss falls
-    assert [(e, s) for e, s, _ in curves.epochs] == [(0, BATCHES), (1, 2 * BATCHES)]
+    assert [(e, s) for e, s, _ in curves.epochs] == [(1, BATCHES), (2, 2 * BATCHES)]  # epochs trained
     assert set(curves.epochs[0][2]) == {"val/loss", "val/recall@2"}
     with Image.open(tmp_path / "run" / "training_curves.png") as image:
         assert image.format == "PNG" and image.size[0] > 600
     assert not list((tmp_path / "run").glob("*.tmp*"))  # written beside, then renamed
+
+
+def test_a_validation_before_fit_is_the_untrained_point(tmp_path, cpu_trainer):
+    # the training job validates the untrained model first: it must not share epoch 1's x with the trained one
+    curves = TrainingCurves(tmp_path / "curves.png")
+    trainer = cpu_trainer(max_epochs=1, callbacks=[curves], enable_checkpointing=False)
+    model = Regression()
+    trainer.validate(model)
+    trainer.fit(model)
+    assert [(e, s) for e, s, _ in curves.epochs] == [(0, 0), (1, BATCHES)]
 
 
 def test_training_curves_survive_a_resume(tmp_path):
