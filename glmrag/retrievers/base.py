@@ -8,7 +8,7 @@ the same questions.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from glmrag.data.types import Corpus, Question
 from glmrag.index.kg import KGIndex
@@ -47,3 +47,19 @@ class LLMCostedRetriever(Retriever, Protocol):
     """
 
     def llm_cost(self) -> dict[str, Usage]: ...
+
+
+_Settings = TypeVar("_Settings")
+
+
+def checked_settings(cls: type[_Settings], value: _Settings | None, owner: str, node: str, config: str) -> _Settings:
+    """``value`` if it is a ``cls`` (None: ``cls()``); anything else is a TypeError naming the YAML node and the
+    ``_target_`` that would build it, so a config that forgot the ``_target_`` fails at construction."""
+    if value is None:
+        return cls()
+    if not isinstance(value, cls):
+        raise TypeError(
+            f"{owner}: settings is a {type(value).__name__}, not a {cls.__name__}; give the config's {node} node "
+            f"`_target_: {cls.__module__.rsplit('.', 1)[0]}.{cls.__name__}` ({config})"
+        )
+    return value

@@ -22,7 +22,7 @@ from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.llm.base import LLM, Usage
 from glmrag.progress import progress
-from glmrag.retrievers.base import Ranking
+from glmrag.retrievers.base import Ranking, checked_settings
 from glmrag.retrievers.dense import DenseRetriever, passage_text
 from glmrag.retrievers.dtkg.chain import ChainTrack
 from glmrag.retrievers.dtkg.classifier import TrackRouter
@@ -72,13 +72,9 @@ class DTKGRetriever:
         batch_size: int = 256,
         encoder=None,
     ) -> None:
-        if settings is None:
-            settings = DTKGSettings()
-        if not isinstance(settings, DTKGSettings):
-            raise TypeError(
-                f"DTKGRetriever {name!r}: settings is a {type(settings).__name__}, not a DTKGSettings; give the "
-                "config's settings node `_target_: glmrag.retrievers.dtkg.DTKGSettings` (configs/retriever/dtkg.yaml)"
-            )
+        settings = checked_settings(
+            DTKGSettings, settings, f"DTKGRetriever {name!r}", "settings", "configs/retriever/dtkg.yaml"
+        )
         self.settings = settings
         self.llm, self.name, self.seed = llm, name, seed
         self.reranker = make_reranker(reranker, llm)

@@ -30,7 +30,7 @@ from glmrag.index.ranking import make_rankings, top_k_stable
 from glmrag.io import load_cached_array, write_cache_array
 from glmrag.llm.base import Usage
 from glmrag.progress import progress
-from glmrag.retrievers.base import Ranking
+from glmrag.retrievers.base import Ranking, checked_settings
 from glmrag.retrievers.hyperaddress.llm_descriptions import USAGE_TAG as DESCRIPTIONS_TAG
 from glmrag.retrievers.hyperaddress.settings import HyperAddressSettings
 from glmrag.retrievers.hyperaddress.steering import HEADS_TAG, Steering
@@ -178,14 +178,13 @@ class HyperAddressRetriever:
         steering: Steering | None = None,
         name: str = "hyperaddress",
     ) -> None:
-        if settings is None:
-            settings = HyperAddressSettings()
-        if not isinstance(settings, HyperAddressSettings):
-            raise TypeError(
-                f"HyperAddressRetriever {name!r}: settings is a {type(settings).__name__}, not a "
-                "HyperAddressSettings; give the config's settings node "
-                "`_target_: glmrag.retrievers.hyperaddress.HyperAddressSettings` (configs/retriever/hyperaddress.yaml)"
-            )
+        settings = checked_settings(
+            HyperAddressSettings,
+            settings,
+            f"HyperAddressRetriever {name!r}",
+            "settings",
+            "configs/retriever/hyperaddress.yaml",
+        )
         self.settings, self.batch_size = settings, batch_size
         self.describer = describer or SentenceDescriber(settings.max_descriptions)
         # any object with encode(texts) -> (N, d) unit rows may stand in for the MiniLM embedder (tests)

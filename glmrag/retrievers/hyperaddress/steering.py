@@ -21,6 +21,7 @@ import numpy as np
 from glmrag.data.types import Passage
 from glmrag.graph.hypergraph import mention_spans
 from glmrag.index.ranking import top_k_stable
+from glmrag.retrievers.base import checked_settings
 from glmrag.retrievers.hyperaddress.addressing_heads import random_heads, select_heads
 from glmrag.retrievers.hyperaddress.reader_pointers import (
     ReadContext,
@@ -63,14 +64,9 @@ class Steering:
         cache_dir: str | Path | None = None,
         seed: int = 0,
     ) -> None:
-        if settings is None:
-            settings = SteeringSettings()
-        if not isinstance(settings, SteeringSettings):
-            raise TypeError(
-                f"Steering: settings is a {type(settings).__name__}, not a SteeringSettings; give the config's "
-                "steering.settings node `_target_: glmrag.retrievers.hyperaddress.SteeringSettings` "
-                "(configs/retriever/hyperaddress_2rounds.yaml)"
-            )
+        settings = checked_settings(
+            SteeringSettings, settings, "Steering", "steering.settings", "configs/retriever/hyperaddress_2rounds.yaml"
+        )
         self.reader, self.settings, self.seed = reader, settings, seed
         self.heads = list(settings.heads) if settings.heads is not None else None
         """The addressing heads: the fixed ones, or those selected or drawn on first use."""
