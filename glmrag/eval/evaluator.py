@@ -205,13 +205,7 @@ def evaluate(
     testable = [m for m in names if m not in ANALYSIS_METRICS]
     if test_metrics is None:
         test_metrics = _default_test_metrics(ks, testable, any_gold=bool(context.evaluated))
-    significance, untested = [], {}
-    if reference is not None:
-        unknown = [m for m in test_metrics if m not in testable]
-        if unknown:
-            raise ValueError(f"test_metrics {unknown} cannot be tested; metrics on shared questions are {testable}")
-        significance = compare_to_reference(scores, reference, test_metrics, n_boot, seed, test, min_paired)
-        untested = untested_metrics(scores, reference, test_metrics, min_paired)
+    significance, untested = _significance(scores, reference, test_metrics, testable, n_boot, seed, test, min_paired)
 
     n_gold = len(context.evaluated)
     return EvalResult(
@@ -274,6 +268,27 @@ def _breakdowns(
         for g in GROUPINGS:
             grouped[g][s] = bd.group_means(values, buckets[g], n_boot, seed)
     return grouped
+
+
+def _significance(
+    scores: Mapping[str, dict[str, np.ndarray]],
+    reference: str | None,
+    test_metrics: Sequence[str],
+    testable: Sequence[str],
+    n_boot: int,
+    seed: int,
+    test: str,
+    min_paired: int,
+) -> tuple[list, dict]:
+    """Paired tests of every system against ``reference`` (Holm-corrected), and the metrics left untested for
+    want of ``min_paired`` shared questions; nothing without a reference."""
+    if reference is None:
+        return [], {}
+    unknown = [m for m in test_metrics if m not in testable]
+    if unknown:
+        raise ValueError(f"test_metrics {unknown} cannot be tested; metrics on shared questions are {list(testable)}")
+    significance = compare_to_reference(scores, reference, test_metrics, n_boot, seed, test, min_paired)
+    return significance, untested_metrics(scores, reference, test_metrics, min_paired)
 
 
 def _default_test_metrics(ks: tuple[int, ...], testable: Sequence[str], any_gold: bool) -> list[str]:
