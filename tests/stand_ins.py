@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
@@ -39,3 +40,21 @@ class ResumeProbe(Callback):
         record = {"global_step": trainer.global_step, "best_model_score": [float(b) for b in best if b is not None]}
         with open(self.path, "w") as f:
             json.dump(record, f)
+
+
+def frozen_demo(tiny: str, tmp: Path, *extra: str) -> list[str]:
+    """Overrides of a two-epoch GFM-RAG+ demo at learning rate 0 on the dataset ``tiny``, with its files under
+    ``tmp``: the weights never move, so no epoch beats the untrained model or epoch 0."""
+    return [
+        "experiment=demo",
+        f"data.name={tiny}",
+        "model.gnn.hidden_channels=8",
+        "model.gnn.num_layers=1",
+        "model.optimizer.lr=0.0",
+        "trainer.max_epochs=2",
+        "logger=[csv]",
+        "callbacks.rich_progress_bar=null",
+        f"output_dir={tmp / 'out'}",
+        f"results_dir={tmp / 'results'}",
+        *extra,
+    ]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from stand_ins import frozen_demo
 
 from glmrag.jobs.common import checkpoint_run_name, compose_config
 from glmrag.jobs.train import StartScore, evaluation_config, random_state_kept, run_train
@@ -83,22 +84,8 @@ def test_validating_before_training_leaves_the_random_streams():
 
 def _tiny(tiny: str, tmp: Path, *extra: str) -> list[str]:
     """Two epochs at learning rate 0: the weights never move, so no epoch beats the untrained model."""
-    return [
-        "experiment=demo",
-        f"data.name={tiny}",
-        "model.gnn.hidden_channels=8",
-        "model.gnn.num_layers=1",
-        "model.optimizer.lr=0.0",
-        "model.scheduler=null",  # a resumed run trains a third epoch: no schedule sized for two
-        "trainer.max_epochs=2",
-        "logger=[csv]",
-        "n_boot=20",
-        "callbacks.rich_progress_bar=null",
-        f"output_dir={tmp / 'out'}",
-        f"results_dir={tmp / 'results'}",
-        f"checkpoint_dir={tmp / 'run'}",
-        *extra,
-    ]
+    # model.scheduler=null: a resumed run trains a third epoch, with no schedule sized for two
+    return frozen_demo(tiny, tmp, "model.scheduler=null", "n_boot=20", f"checkpoint_dir={tmp / 'run'}", *extra)
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from stand_ins import frozen_demo
 
 from glmrag.jobs.config_check import ConfigError
 from glmrag.jobs.run_folder import RunFolderBusy, resume_checkpoint, run_folder_lock
@@ -23,21 +24,7 @@ MONITORED = "val/recall@2"
 
 def job(tiny: str, tmp: Path, *extra: str) -> list[str]:
     """A two-epoch GFM-RAG+ demo at learning rate 0 (the validation metric never improves after epoch 0)."""
-    return [
-        "experiment=demo",
-        f"data.name={tiny}",
-        "model.gnn.hidden_channels=8",
-        "model.gnn.num_layers=1",
-        "model.optimizer.lr=0.0",
-        "trainer.max_epochs=2",
-        "logger=[csv]",
-        "evaluate=false",
-        "test=false",
-        "callbacks.rich_progress_bar=null",
-        f"output_dir={tmp / 'out'}",
-        f"results_dir={tmp / 'results'}",
-        *extra,
-    ]
+    return frozen_demo(tiny, tmp, "evaluate=false", "test=false", *extra)
 
 
 @pytest.fixture(scope="module")
