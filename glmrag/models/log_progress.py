@@ -136,9 +136,12 @@ class LogProgress(Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self._active(trainer):
             return
+        start = self._start.pop("train", None)
+        if start is None:  # no epoch started in this process: a resume restored one that had ended
+            return
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if "/" in k and v.numel() == 1}
         shown = ", ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()) if k.startswith(("train/", "val/")))
-        seconds = time.perf_counter() - self._start.get("train", time.perf_counter())
+        seconds = time.perf_counter() - start
         with self._lock:
             log.info("%s done in %.0f s: %s", self._epoch(trainer), seconds, shown)
             self._last = time.perf_counter()

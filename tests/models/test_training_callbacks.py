@@ -158,3 +158,17 @@ def test_log_progress_reports_an_epoch_whose_first_batch_is_slow(caplog, monkeyp
         progress.teardown(trainer, None, "fit")
     lines = [r.getMessage() for r in caplog.records if r.name == "glmrag.models.log_progress"]
     assert any(line.startswith("sanity check: first batch of 2 running for 0 s") for line in lines), lines
+
+
+def test_log_progress_says_nothing_of_an_epoch_a_resume_restored(caplog, monkeypatch):
+    # resumed from a preemption checkpoint written after an epoch's batches, Lightning ends that epoch again in
+    # the new process without starting it: no "done in -0 s" line with no metrics
+    monkeypatch.delenv("GLMRAG_QUIET", raising=False)
+    trainer = type("T", (), {"is_global_zero": True, "callback_metrics": {}, "current_epoch": 2, "max_epochs": 5})()
+    progress = LogProgress(every_s=60.0, on_terminal=True)
+    with caplog.at_level(logging.INFO, logger="glmrag.models.log_progress"):
+        progress.on_train_epoch_end(trainer, None)  # restored, never started here
+        progress._begin("train", "epoch 4/5", 15)
+        progress.on_train_epoch_end(trainer, None)
+    done = [r.getMessage() for r in caplog.records if " done in " in r.getMessage()]
+    assert done == ["epoch 3/5 done in 0 s: "], done
