@@ -58,3 +58,15 @@ def frozen_demo(tiny: str, tmp: Path, *extra: str) -> list[str]:
         f"results_dir={tmp / 'results'}",
         *extra,
     ]
+
+
+def link_questions(index, seed_sets: Sequence[Sequence[int]]) -> list:
+    """Questions ``q0, q1, ...`` linked in ``index`` to the entity ids of ``seed_sets`` (one set per question)."""
+    from glmrag.data.types import Question
+    from glmrag.index.kg import EntityLink
+
+    questions = []
+    for i, seeds in enumerate(seed_sets):
+        index.question_links[f"q{i}"] = [EntityLink(f"m{s}", int(s), 1.0) for s in seeds]
+        questions.append(Question(f"q{i}", f"question {i}", ("a",), ()))
+    return questions

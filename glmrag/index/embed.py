@@ -7,22 +7,54 @@ sentence-transformers model name or local path works in its place.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import logging
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
+from glmrag.data.types import Corpus, Passage
 from glmrag.index.embed_cache import PhraseEmbeddingCache, model_key
 from glmrag.index.offline_models import offline_model_path
+from glmrag.io import load_cached_array, write_cache_array
 from glmrag.progress import stage_progress
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "offline:all-MiniLM-L6-v2"
 DEFAULT_STAGE = ("embedding", "phrase")
 """Stage and unit of the progress lines of :meth:`Embedder.encode` unless the caller names its work."""
 CHUNK_BATCHES = 2
 """Batches per progress step of an embedding run (engineering choice: a step every ~10 s on a loaded 2-core CPU)."""
+
+
+def passage_text(passage: Passage) -> str:
+    """The text a passage is embedded as (dense retrieval, the dense prior): its title, a newline, its text."""
+    return f"{passage.title}\n{passage.text}"
+
+
+def passage_matrix(corpus: Corpus, embedder: Embedder, cache_dir: str | Path | None = None) -> np.ndarray:
+    """The passages' embeddings (:func:`passage_text`) in corpus order, read from or written to
+    ``<cache_dir>/dense-<model>-<corpus hash>.cache`` (None: no disk cache). Dense retrieval and a dense prior
+    (:mod:`glmrag.nn.prior`) share the file.
+
+    Shapes: -> (P, d) float32 with unit rows.
+    """
+    model = hashlib.sha256(embedder.model_name.encode()).hexdigest()[:8]
+    path = Path(cache_dir) / f"dense-{model}-{corpus.content_hash()}.cache" if cache_dir is not None else None
+    matrix = load_cached_array(path) if path is not None else None  # None when missing or not intact
+    if matrix is not None and (matrix.ndim != 2 or matrix.shape[0] != len(corpus)):
+        log.warning("%s holds %d rows for %d passages; re-embedding", path, matrix.shape[0], len(corpus))
+        matrix = None
+    if matrix is None:
+        texts = [passage_text(p) for p in corpus]
+        matrix = embedder.encode(texts, stage="passage embedding", unit="passage")
+        if path is not None:
+            write_cache_array(path, matrix)
+    return matrix
 
 
 def resolve_model_path(name: str) -> str:

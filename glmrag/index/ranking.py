@@ -36,7 +36,7 @@ class Ranking:
             )
 
 
-RANKERS = ("idf_topk", "idf_topk_scored", "topk", "simple")
+RANKERS = ("idf_topk", "idf_topk_scored", "topk", "simple", "softmax_sum")
 """Passage rankers, each GFM-RAG's (Luo et al., 2025) unless said otherwise:
 
 ``idf_topk`` (``IDFWeightedTopKRanker``)
@@ -49,6 +49,9 @@ RANKERS = ("idf_topk", "idf_topk_scored", "topk", "simple")
     The number of selected top entities the passage mentions.
 ``simple`` (``SimpleRanker``; HippoRAG's node-to-passage step)
     The sum of all entity scores over the passage's entities (E x P matmul).
+``softmax_sum`` (glmrag's, not in GFM-RAG)
+    ``simple`` over ``softmax(scores)``: the scores read as logits of a distribution over the entities. A
+    retriever whose logits are a PPR prior's log-probabilities (:mod:`glmrag.nn.prior`) ranks as PPR does.
 """
 DOC_RANKER_ENTITIES = 20
 """GLM-RAG Table 14, "Doc ranker entities: 20" (GFM-RAG's ``IDFWeightedTopKRanker`` config ``top_k: 20``)."""
@@ -89,7 +92,8 @@ def passage_scores(
 ) -> np.ndarray:
     """Score every passage from entity scores with the ranker ``method`` (see the module docstring).
 
-    Shapes: ``entity_scores`` (B, E) or (E,) -> (B, P) or (P,), float64 (``simple``: the input's float type).
+    Shapes: ``entity_scores`` (B, E) or (E,) -> (B, P) or (P,), float64 (``simple``, ``softmax_sum``: the
+    input's float type).
     """
     if method not in RANKERS:
         raise ValueError(f"unknown passage ranker {method!r}; choose one of {RANKERS}")
@@ -100,6 +104,12 @@ def passage_scores(
     scores = np.atleast_2d(scores)  # (B, E)
     if scores.shape[1] != index.num_entities:
         raise ValueError(f"entity scores have {scores.shape[1]} columns, the index has {index.num_entities} entities")
+    if method == "softmax_sum":
+        top = scores.max(axis=1, keepdims=True)  # (B, 1)
+        scores = np.exp(scores - np.where(np.isfinite(top), top, 0.0))  # (B, E); -inf -> 0
+        total = scores.sum(axis=1, keepdims=True)
+        scores = np.divide(scores, total, out=np.zeros_like(scores), where=total > 0)  # a row of -inf scores 0
+        method = "simple"
     if method == "simple":
         if np.isneginf(scores).any():
             scores = np.where(np.isneginf(scores), 0.0, scores)

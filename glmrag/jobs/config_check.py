@@ -78,7 +78,7 @@ def non_negative(cfg: DictConfig, key: str) -> None:
         raise ConfigError(f"{key}={value!r}: must be a number >= 0")
 
 
-LOSS_WEIGHTS = ("model.loss.bce_weight", "model.loss.listce_weight")
+LOSS_WEIGHTS = ("model.loss.bce_weight", "model.loss.listce_weight", "model.loss.passage_weight")
 """The loss terms' weights (GLM-RAG Table 14 / App. B): each >= 0, and not all 0."""
 MODEL_SIZES = ("model.gnn.hidden_channels", "model.gnn.num_layers", "model.subgraph.max_hops")
 MODEL_SIZES += ("model.evaluation.top_entities",)
@@ -94,9 +94,10 @@ def check_model(cfg: DictConfig) -> None:
     positive_int(cfg, "model.subgraph.max_triplets", allow_none=True)  # null: the whole KG (GFM-RAG)
     for key in LOSS_WEIGHTS:
         non_negative(cfg, key)
-    weights = [OmegaConf.select(cfg, key) for key in LOSS_WEIGHTS]
-    if all(w is not None for w in weights) and sum(weights) == 0:
-        raise ConfigError(f"{' and '.join(LOSS_WEIGHTS)} are all 0: nothing would be trained; set one above 0")
+    weights = [w for w in (OmegaConf.select(cfg, key) for key in LOSS_WEIGHTS[:2]) if w is not None]
+    weights += [OmegaConf.select(cfg, LOSS_WEIGHTS[2], default=None) or 0.0]  # the GLM's config has none
+    if len(weights) == 3 and sum(weights) == 0:
+        raise ConfigError(f"{', '.join(LOSS_WEIGHTS)} are all 0: nothing would be trained; set one above 0")
     check_model_settings(cfg)
 
 

@@ -195,7 +195,11 @@ class GLMRetrieverModule(RetrieverModule):
         if config.gradient_checkpointing:
             encoder.enable_gradient_checkpointing()
         self.net = GLMRetriever(encoder, config.question_dim, config.aggregation, config.query_interaction)
-        self.loss_fn = functools.partial(gfm_rag_loss, **asdict(self.loss_weights))
+        if self.loss_weights.passage_weight:
+            raise ValueError(
+                "model.loss.passage_weight is the GNN's passage ListCE: the GLM has no passage loss; set it to 0"
+            )
+        self.loss_fn = functools.partial(gfm_rag_loss, **self.loss_weights.entity_loss)
 
     def setup(self, stage: str) -> None:
         """Check that the DataModule builds the subgraphs this module expects."""

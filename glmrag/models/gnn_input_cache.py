@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from glmrag.data.types import Question
-from glmrag.index.embed import DEFAULT_MODEL, Embedder
+from glmrag.data.types import Corpus, Question
+from glmrag.index.embed import DEFAULT_MODEL, Embedder, passage_matrix
 from glmrag.index.kg import KGIndex
 from glmrag.index.store import content_manifest
 from glmrag.io import cache_root, load_cached_tensors, write_cache_tensors
@@ -83,3 +85,27 @@ def cached_question_embeddings(
 
     cached = _load_or_compute(path, compute)
     return dict(zip(cached["ids"], cached["emb"], strict=True))
+
+
+def passage_entity_matrix(index: KGIndex) -> torch.Tensor:
+    """(P, E) sparse CSR float32, 1 where a passage mentions an entity: ``index.passage_entities`` in torch."""
+    matrix = index.passage_entities.tocoo()
+    rows_cols = torch.from_numpy(np.vstack([matrix.row, matrix.col]).astype(np.int64))
+    coo = torch.sparse_coo_tensor(rows_cols, torch.ones(matrix.nnz), matrix.shape, check_invariants=True).coalesce()
+    with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta": its products are the fast ones
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return coo.to_sparse_csr()
+
+
+def cached_passage_embeddings(corpus: Corpus, index: KGIndex, embed_model: str = DEFAULT_MODEL) -> torch.Tensor:
+    """Unit sentence embeddings of the passages, in the index's passage order (a prior's dense term,
+    :mod:`glmrag.nn.prior`): the dense retriever's, from the same file (``$GLMRAG_CACHE_DIR/embeddings``).
+
+    Shapes: -> (P, d) float32.
+    """
+    if [p.id for p in corpus] != list(index.passage_ids):
+        raise ValueError(
+            f"the corpus ({len(corpus)} passages) is not the index's ({index.num_passages}) in the same order: "
+            "embed the corpus the index was built from"
+        )
+    return torch.from_numpy(passage_matrix(corpus, Embedder(embed_model), cache_root() / "embeddings"))

@@ -9,6 +9,9 @@ is what a :class:`~glmrag.retrievers.gnn_checkpoint.CheckpointRetriever` of it s
 DataModule (``trainer.datamodule.graph(kg)``, ``.index(kg)``); nothing graph-sized is stored. With
 ``subgraph.max_triplets`` set, each question reads only the subgraph the GLM reads (GLM-RAG §5.5, Table 3;
 :func:`question_subgraphs`), entities outside it get ``-inf``, and the loss is normalised over it (App. B.2).
+With ``prior`` set (glmrag's, not in the papers; :mod:`glmrag.nn.prior`), the logits are a training-free
+prior's weighted log-probabilities plus the GNN's correction, which starts at zero: the untrained model ranks
+as the prior does, and entities outside a restricted subgraph keep their prior logit.
 """
 
 from __future__ import annotations
@@ -24,13 +27,15 @@ from torch import nn
 from glmrag.graph.subgraph import Subgraph, select_subgraph
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
-from glmrag.index.ranking import rank_passages
+from glmrag.index.ranking import rank_passages, top_k_stable
 from glmrag.models.glm_inputs import SubgraphSettings
-from glmrag.models.losses import gfm_rag_loss
+from glmrag.models.gnn_input_cache import passage_entity_matrix
+from glmrag.models.losses import gfm_rag_loss, passage_list_ce
 from glmrag.models.retriever_module import Evaluation, LossWeights, RetrieverModule, typed_settings
 from glmrag.nn.gnn import GNNConfig, QueryGNN
 from glmrag.nn.graph_inputs import GraphInputs
 from glmrag.nn.kgc import ADVERSARIAL_TEMPERATURE, NUM_NEGATIVES, kgc_loss, sample_kgc_batch
+from glmrag.nn.prior import EntityPrior, PriorSettings, passage_logits
 from glmrag.nn.subgraph_batch import SubgraphBatch
 
 STAGES = ("qa", "kgc")
@@ -79,6 +84,11 @@ def gnn_subgraph(value: SubgraphSettings | Mapping[str, Any] | None) -> Subgraph
     return typed_settings(SubgraphSettings, value, "model.subgraph")  # validated: negative budgets raise
 
 
+def prior_settings(value: PriorSettings | Mapping[str, Any] | None) -> PriorSettings | None:
+    """``model.prior``: None (the papers' GNN) or :class:`~glmrag.nn.prior.PriorSettings`."""
+    return None if value is None else typed_settings(PriorSettings, value, "model.prior")
+
+
 def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
     """AdamW at lr 5e-4 (GLM-RAG Table 14)."""
     return torch.optim.AdamW(params, lr=LEARNING_RATE)
@@ -114,6 +124,9 @@ class GNNRetrieverModule(RetrieverModule):
         loss: :class:`~glmrag.models.retriever_module.LossWeights` (GFM-RAG: 0.3 BCE, 0.7 ListCE, 0.2).
         kgc: :class:`KGCSettings` of the KG-completion stage.
         evaluation: :class:`~glmrag.models.retriever_module.Evaluation` (ks, ranker, top_entities).
+        prior: :class:`~glmrag.nn.prior.PriorSettings`: logits = ``w log p(e | q)`` + the GNN's correction,
+            which starts at zero (glmrag's, not in the papers; rank with ``evaluation.ranker=softmax_sum``);
+            None: the GNN's logits alone (GFM-RAG).
         stage: ``qa`` (fine-tuning) or ``kgc`` (KG-completion pretraining on the DataModule's triple batches,
             ``task="kgc"``); validation is QA retrieval in both.
         embed_model: sentence encoder of questions and relations; checked against the DataModule.
@@ -139,6 +152,7 @@ class GNNRetrieverModule(RetrieverModule):
         "loss": functools.partial(typed_settings, LossWeights, key="model.loss"),
         "kgc": functools.partial(typed_settings, KGCSettings, key="model.kgc"),
         "evaluation": functools.partial(typed_settings, Evaluation, key="model.evaluation"),
+        "prior": prior_settings,
     }
     """Each settings node's conversion (what ``__init__`` does; ``glmrag.jobs.config_check`` runs it early)."""
 
@@ -149,6 +163,7 @@ class GNNRetrieverModule(RetrieverModule):
         loss: LossWeights | Mapping[str, Any] | None = None,
         kgc: KGCSettings | Mapping[str, Any] | None = None,
         evaluation: Evaluation | Mapping[str, Any] | None = None,
+        prior: PriorSettings | Mapping[str, Any] | None = None,
         stage: str = "qa",
         embed_model: str = DEFAULT_MODEL,
         init_from: str | None = None,
@@ -163,6 +178,7 @@ class GNNRetrieverModule(RetrieverModule):
         self.loss_weights = self.SETTINGS["loss"](loss)
         self.kgc = self.SETTINGS["kgc"](kgc)
         self.init_evaluation(self.SETTINGS["evaluation"](evaluation))
+        prior = self.SETTINGS["prior"](prior)
         whole_kg = restriction is None
         # Plain values only (no optimizer or scheduler factory), so a checkpoint loads with weights_only=True.
         self.save_hyperparameters(
@@ -174,6 +190,7 @@ class GNNRetrieverModule(RetrieverModule):
                 "loss": asdict(self.loss_weights),
                 "kgc": asdict(self.kgc),
                 "evaluation": asdict(self.evaluation),
+                "prior": None if prior is None else asdict(prior),
                 "stage": stage,
                 "embed_model": embed_model,
                 "init_from": init_from,
@@ -183,11 +200,17 @@ class GNNRetrieverModule(RetrieverModule):
         self.optimizer_factory = optimizer or default_optimizer
         self.scheduler_factory = scheduler
         self.gnn = QueryGNN(config)
+        self.prior = None if prior is None else EntityPrior(prior)
+        if self.prior is not None:
+            last = self.gnn.readout[-1]  # the correction starts at zero: the untrained model is its prior
+            nn.init.zeros_(last.weight)
+            nn.init.zeros_(last.bias)
         if stage == "kgc":
-            for module in self.gnn.kgc_unused():
+            for module in [*self.gnn.kgc_unused(), *([self.prior] if self.prior is not None else [])]:
                 module.requires_grad_(False)
-        self.loss_fn = functools.partial(gfm_rag_loss, **asdict(self.loss_weights))
+        self.loss_fn = functools.partial(gfm_rag_loss, **self.loss_weights.entity_loss)
         self._graphs: dict[tuple[str, torch.device], GraphInputs] = {}
+        self._passages: dict[tuple[str, torch.device], torch.Tensor] = {}
         self._subgraphs: dict[tuple[str, str], Subgraph] = {}
 
     @property
@@ -201,6 +224,7 @@ class GNNRetrieverModule(RetrieverModule):
         """Check the DataModule (the source of the KGs) and, for ``fit``, load ``init_from``."""
         self._graphs.clear()
         self._subgraphs.clear()
+        self._passages.clear()
         self.reset_metrics(stage)
         dm = getattr(self.trainer, "datamodule", None)
         if dm is None or not callable(getattr(dm, "graph", None)) or not callable(getattr(dm, "index", None)):
@@ -238,6 +262,22 @@ class GNNRetrieverModule(RetrieverModule):
     def index(self, kg: str) -> KGIndex:
         return self.trainer.datamodule.index(kg)
 
+    def passage_entities(self, kg: str) -> torch.Tensor:
+        """(P, E) sparse CSR of which entities each passage of ``kg`` mentions, on this module's device (the
+        passage ListCE's; built once per KG)."""
+        key = (kg, self.device)
+        if key not in self._passages:
+            self._passages[key] = passage_entity_matrix(self.index(kg)).to(self.device)
+        return self._passages[key]
+
+    def gold_passages(self, kg: str, gold: Sequence[Sequence[str]]) -> torch.Tensor:
+        """Shapes: ``gold`` B lists of passage ids -> (B, P) bool, True at each question's gold passages."""
+        index = self.index(kg)
+        out = torch.zeros(len(gold), index.num_passages, dtype=torch.bool)
+        for row, ids in enumerate(gold):
+            out[row, [index.passage_position[p] for p in ids if p in index.passage_position]] = True
+        return out.to(self.device)
+
     def subgraphs(self, kg: str, question_ids: Sequence[str]) -> SubgraphBatch | None:
         """The questions' subgraphs in the DataModule's index of ``kg``, on this module's device; None when
         the GNN runs on the whole KG. Each question's subgraph is selected once (it is deterministic)."""
@@ -258,7 +298,8 @@ class GNNRetrieverModule(RetrieverModule):
         seed_weight: torch.Tensor,
         subgraphs: SubgraphBatch | None = None,
     ) -> torch.Tensor:
-        """Entity logits of a batch of questions on one KG; ``-inf`` outside each question's subgraph.
+        """Entity logits of a batch of questions on one KG; ``-inf`` outside each question's subgraph, or with a
+        prior, the prior's logit there (the correction is zero outside the subgraph).
 
         A module with ``subgraph.max_triplets`` set needs the questions' ``subgraphs`` (:meth:`subgraphs`, or
         :func:`subgraph_batch` of :func:`question_subgraphs` without a DataModule).
@@ -271,7 +312,11 @@ class GNNRetrieverModule(RetrieverModule):
                 "when it is set "
                 "(GNNRetrieverModule.subgraphs(kg, question_ids) builds them)"
             )
-        return self.gnn(graph, question_emb, seed_weight, subgraphs=subgraphs)
+        logits = self.gnn(graph, question_emb, seed_weight, subgraphs=subgraphs)  # (B, E)
+        if self.prior is None:
+            return logits
+        correction = torch.where(torch.isfinite(logits), logits, torch.zeros_like(logits))  # (B, E)
+        return self.prior(graph, seed_weight) + correction
 
     def model_step(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """Loss and entity logits of a QA batch; the loss covers the rows marked ``real``.
@@ -287,9 +332,30 @@ class GNNRetrieverModule(RetrieverModule):
         subgraphs = self.subgraphs(batch["kg"], batch["question_ids"])
         logits = self(graph, batch["question_emb"], batch["seed_weight"], subgraphs)  # (B, E)
         real = batch["real"]
-        mask = None if subgraphs is None else subgraphs.entity_mask(graph.num_nodes)[real]  # (B', E)
-        loss = self.loss_fn(logits[real], batch["target"][real], mask)  # 0 when no row is real
-        return loss, logits
+        # With a prior every entity is scored, inside the subgraph or not.
+        restricted = subgraphs is not None and self.prior is None
+        mask = subgraphs.entity_mask(graph.num_nodes)[real] if restricted else None  # (B', E)
+        weights, terms = self.loss_weights, []  # each term is 0 (attached) when no row is real
+        if weights.bce_weight + weights.listce_weight:
+            terms.append(self.loss_fn(logits[real], batch["target"][real], mask))
+        if weights.passage_weight:
+            gold = self.gold_passages(batch["kg"], batch["gold"])[real]  # (B', P)
+            scores = self.passage_logits(batch["kg"], logits[real], batch["question_emb"][real])  # (B', P)
+            terms.append(weights.passage_weight * passage_list_ce(scores, gold))
+        return sum(terms[1:], terms[0]), logits
+
+    @property
+    def dense_term(self) -> bool:
+        """Whether passages are scored with a prior's dense term (``prior.dense_weight``), not by a ranker."""
+        return self.prior is not None and self.prior.dense_weight is not None
+
+    def passage_logits(self, kg: str, logits: torch.Tensor, question_emb: torch.Tensor) -> torch.Tensor:
+        """Passage logits from entity logits (:func:`glmrag.nn.prior.passage_logits`), with the prior's dense
+        term when it has one. Shapes: **logits** ``(B, E)``, **question_emb** ``(B, d)`` -> ``(B, P)``."""
+        if not self.dense_term:
+            return passage_logits(logits, self.passage_entities(kg))
+        passage_emb = self.trainer.datamodule.passage_embeddings(kg).to(self.device)  # (P, d)
+        return passage_logits(logits, self.passage_entities(kg), self.prior.dense_weight, question_emb, passage_emb)
 
     def kgc_step(self, batch: dict[str, Any]) -> torch.Tensor:
         """KG-completion loss of a batch of triples of one KG (GFM-RAG pretraining).
@@ -314,6 +380,11 @@ class GNNRetrieverModule(RetrieverModule):
     def ranked_passages(self, batch: dict[str, Any], logits: torch.Tensor) -> list[list[str]]:
         """The best ``max(ks)`` passages of each row, from the logits of every entity of the batch's KG."""
         index = self.index(batch["kg"])
+        if self.dense_term:  # the fused passage score (glmrag/nn/prior.py), not a ranker of the entity scores
+            with torch.no_grad():
+                scores = self.passage_logits(batch["kg"], logits, batch["question_emb"]).cpu().numpy()  # (B, P)
+            positions, _ = top_k_stable(scores, max(self.ks))
+            return [[index.passage_ids[p] for p in row] for row in positions]
         positions, _ = rank_passages(
             logits.detach().float().cpu().numpy(),
             index,

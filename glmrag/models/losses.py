@@ -11,6 +11,7 @@ contributes 0: each loss is the mean over the questions that have one, and 0
 
 GFM-RAG finetunes with ``0.3 * BCE + 0.7 * ListCE`` (GLM-RAG Table 14, alpha =
 0.3 for GFM-RAG(*, +)); the GLM retriever with 0.44 and 0.56 (App. B list).
+:func:`passage_list_ce` (glmrag's, not in the papers) scores the passages the ``softmax_sum`` ranker ranks.
 """
 
 from __future__ import annotations
@@ -160,3 +161,16 @@ def gfm_rag_loss(
     mask = _mask_like(logits, mask)
     bce = weighted_bce(logits, target, mask, temperature)
     return bce_weight * bce + listce_weight * masked_list_ce(logits, target, mask)
+
+
+def passage_list_ce(passage_logits: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+    r"""ListCE over passages (glmrag's, not in the papers): ``-\frac{1}{|G|} \sum_{g \in G} \log softmax(r)_g``
+    for the gold passages G of a question, ``r`` its passage logits (:meth:`glmrag.nn.prior.EntityPrior.passage_logits`:
+    the log of the mass the ``softmax_sum`` ranker gives each passage, plus the dense term). The entity losses
+    reward every entity of a gold passage; this one the passages that recall@k counts.
+
+    Shapes: **passage_logits** ``(B, P)``, **gold** ``(B, P)`` bool -> scalar.
+    """
+    nll = -torch.log_softmax(passage_logits, dim=-1).masked_fill(~gold, 0.0)  # (B, P)
+    rows = nll.sum(-1) / gold.sum(-1).clamp(min=1)  # (B,)
+    return _mean_over(rows, gold.any(-1), passage_logits)

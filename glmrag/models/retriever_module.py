@@ -72,14 +72,22 @@ class LossWeights:
     """Weight of the ListCE (GLM-RAG Table 14: 0.7 for GFM-RAG; App. B: 0.56 for the GLM)."""
     temperature: float = 0.2
     """Temperature of the BCE's adversarial negative weights (GFM-RAG ``stage2_qa_finetune.yaml``: 0.2)."""
+    passage_weight: float = 0.0
+    """Weight of the passage ListCE, :func:`~glmrag.models.losses.passage_list_ce` (glmrag's, not in the papers:
+    0 in every paper config; GNN only)."""
 
     def __post_init__(self) -> None:
-        for name in ("bce_weight", "listce_weight"):
+        for name in ("bce_weight", "listce_weight", "passage_weight"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ValueError(f"loss.{name} must be a number >= 0, got {value!r}")
-        if self.bce_weight + self.listce_weight == 0:
-            raise ValueError("loss.bce_weight and loss.listce_weight are both 0: nothing would be trained")
+        if self.bce_weight + self.listce_weight + self.passage_weight == 0:
+            raise ValueError("loss.bce_weight, listce_weight and passage_weight are all 0: nothing would be trained")
+
+    @property
+    def entity_loss(self) -> dict[str, float]:
+        """The keyword arguments of :func:`~glmrag.models.losses.gfm_rag_loss`: the entity losses' weights."""
+        return {"bce_weight": self.bce_weight, "listce_weight": self.listce_weight, "temperature": self.temperature}
         if not self.temperature > 0:
             raise ValueError(f"loss.temperature must be > 0, got {self.temperature!r}")
 

@@ -23,11 +23,17 @@ import torch
 from glmrag.data.types import Corpus, Question
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
-from glmrag.index.ranking import DOC_RANKER_ENTITIES, make_rankings, rank_passages, top_k_stable
+from glmrag.index.ranking import make_rankings, rank_passages, top_k_stable
 from glmrag.io import load_checkpoint_dict, local_checkpoint
-from glmrag.models.gnn_input_cache import cached_graph_inputs, default_inputs_cache_dir
+from glmrag.models.gnn_input_cache import (
+    cached_graph_inputs,
+    cached_passage_embeddings,
+    default_inputs_cache_dir,
+    passage_entity_matrix,
+)
 from glmrag.models.gnn_module import GNNRetrieverModule, question_subgraphs, subgraph_batch
 from glmrag.nn.graph_inputs import GraphInputs, seed_weights
+from glmrag.nn.prior import passage_logits
 from glmrag.retrievers.base import Ranking
 from glmrag.retrievers.glm_checkpoint import GLMCheckpointRetriever
 
@@ -52,8 +58,9 @@ class CheckpointRetriever:
 
     Args:
         ckpt_path: a Lightning checkpoint of :class:`GNNRetrieverModule`.
-        ranker, top_entities: document ranker (GFM-RAG ``idf_topk`` over the top 20 entities); the
-            ``top_entities`` best entities and their logits are also returned in each Ranking.
+        ranker, top_entities: document ranker (None: the checkpoint's own ``evaluation``, the one its validation
+            used; GFM-RAG's is ``idf_topk`` over the top 20 entities); the ``top_entities`` best entities and
+            their logits are also returned in each Ranking.
         batch_size: questions per GNN forward pass (memory grows with ``batch_size * triples * hidden``).
         device: where the GNN runs (``cpu``, ``cuda``, ``cuda:1``).
         cache_dir: folder of the cached relation features, shared with ``KGQADataModule.inputs_cache_dir``
@@ -65,8 +72,8 @@ class CheckpointRetriever:
     def __init__(
         self,
         ckpt_path: str,
-        ranker: str = "idf_topk",
-        top_entities: int = DOC_RANKER_ENTITIES,
+        ranker: str | None = None,
+        top_entities: int | None = None,
         batch_size: int = 8,
         device: str = "cpu",
         cache_dir: str | None = None,
@@ -76,7 +83,10 @@ class CheckpointRetriever:
             local_checkpoint(ckpt_path), map_location=self.device, weights_only=True
         )
         self.module.eval()
-        self.ranker, self.top_entities, self.batch_size = ranker, top_entities, batch_size
+        evaluation = self.module.evaluation
+        self.ranker = ranker or evaluation.ranker
+        self.top_entities = top_entities or evaluation.top_entities
+        self.batch_size = batch_size
         self.cache_dir = cache_dir or default_inputs_cache_dir()
         self.embedder = Embedder(self.module.hparams.embed_model)
         self._graphs: dict[int, tuple[KGIndex, GraphInputs]] = {}
@@ -112,26 +122,44 @@ class CheckpointRetriever:
                 chunks.append(self.module(graph, query, seeds, subgraphs).float().cpu())  # (b, E)
         return torch.cat(chunks) if chunks else torch.zeros(0, index.num_entities)
 
+    def passage_logits(
+        self, questions: Sequence[Question], index: KGIndex, corpus: Corpus, logits: torch.Tensor
+    ) -> torch.Tensor:
+        """The module's fused passage logits (entity mass and the prior's dense term), as its validation scores them.
+
+        Shapes: questions (Q,), **logits** ``(Q, E)`` -> ``(Q, P)`` float32 on the CPU.
+        """
+        embed_model = self.module.hparams.embed_model
+        passage_emb = cached_passage_embeddings(corpus, index, embed_model)  # (P, d)
+        question_emb = torch.from_numpy(self.embedder.encode([q.question for q in questions]))  # (Q, d)
+        matrix, weight = passage_entity_matrix(index), self.module.prior.dense_weight.detach().cpu()
+        with torch.inference_mode():
+            return passage_logits(logits, matrix, weight, question_emb, passage_emb)
+
     def retrieve(self, questions: Sequence[Question], index: KGIndex, corpus: Corpus, top_k: int = 10) -> list[Ranking]:
         """One Ranking per question: the ``top_k`` best passages and the ``top_entities`` best entities."""
         if len(corpus) != index.num_passages:
             raise ValueError(f"the index has {index.num_passages} passages but the corpus {len(corpus)}")
         questions = list(questions)
         logits = self.entity_logits(questions, index).numpy()  # (Q, E)
-        positions, scores = rank_passages(logits, index, top_k, self.ranker, self.top_entities)  # (Q, k)
+        if self.module.dense_term:  # the fused passage score of a prior with a dense term (glmrag/nn/prior.py)
+            passages = self.passage_logits(questions, index, corpus, torch.from_numpy(logits)).numpy()  # (Q, P)
+            positions, scores = top_k_stable(passages, top_k)
+        else:
+            positions, scores = rank_passages(logits, index, top_k, self.ranker, self.top_entities)  # (Q, k)
         entities, entity_scores = top_k_stable(logits, self.top_entities)  # (Q, top_entities)
         return make_rankings([q.id for q in questions], index.passage_ids, positions, scores, entities, entity_scores)
 
 
 def load_checkpoint_retriever(
     ckpt_path: str,
-    ranker: str = "idf_topk",
-    top_entities: int = DOC_RANKER_ENTITIES,
+    ranker: str | None = None,
+    top_entities: int | None = None,
     batch_size: int = 4,
     device: str = "cpu",
 ) -> CheckpointRetriever | GLMCheckpointRetriever:
     """The retriever of any checkpoint written by ``train.py``: a GLM (hyper-parameters with a ``glm`` node, or a
-    flat ``t5``) or a GNN."""
+    flat ``t5``) or a GNN; ``ranker`` and ``top_entities`` None: the checkpoint's own (its validation's)."""
     hparams = load_checkpoint_dict(ckpt_path).get("hyper_parameters", {})
     try:
         if "glm" in hparams or "t5" in hparams:

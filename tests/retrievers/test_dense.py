@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 
 from glmrag.data.types import Corpus, Passage, Question
+from glmrag.index.embed import passage_text
 from glmrag.retrievers.base import Retriever
-from glmrag.retrievers.dense import DenseRetriever, passage_text
+from glmrag.retrievers.dense import DenseRetriever
 
 CORPUS = Corpus(
     [

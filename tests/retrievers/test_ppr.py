@@ -1,10 +1,9 @@
 import networkx as nx
 import numpy as np
 import pytest
+from stand_ins import link_questions
 
-from glmrag.data.types import Question
 from glmrag.graph.pagerank import iterations_for
-from glmrag.index.kg import EntityLink
 from glmrag.retrievers.base import Retriever
 from glmrag.retrievers.ppr import PPRRetriever, personalized_pagerank, random_walk
 
@@ -17,11 +16,7 @@ def _graph(index):
 
 
 def _questions(index, seed_sets):
-    questions = []
-    for i, seeds in enumerate(seed_sets):
-        index.question_links[f"q{i}"] = [EntityLink(f"m{s}", int(s), 1.0) for s in seeds]
-        questions.append(Question(f"q{i}", f"question {i}", ("a",), ()))
-    return questions
+    return link_questions(index, seed_sets)
 
 
 def _exact():

@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from glmrag.data.types import Corpus, Question
-from glmrag.index.embed import DEFAULT_MODEL
+from glmrag.index.embed import DEFAULT_MODEL, passage_text
 from glmrag.index.kg import KGIndex
 from glmrag.llm.base import LLM, Usage
 from glmrag.progress import progress
 from glmrag.retrievers.base import Ranking, checked_settings
-from glmrag.retrievers.dense import DenseRetriever, passage_text
+from glmrag.retrievers.dense import DenseRetriever
 from glmrag.retrievers.dtkg.chain import ChainTrack
 from glmrag.retrievers.dtkg.classifier import TrackRouter
 from glmrag.retrievers.dtkg.denoise import Denoiser

@@ -1,0 +1,185 @@
+"""A training-free prior over the entities that a trained retriever corrects (glmrag's own, not in the papers).
+
+A retriever trained on a few hundred questions starts from noise: GLM-RAG's GFM-RAG* and GFM-RAG+ rank
+the same passages for every question before training (``benchmarks/RESULTS.md``, "Why the demo learned
+little"), so a small run's first epochs are spent catching up with a baseline that needs no training. With a
+prior, the model's entity logits are ``w * log p(e | q) + c(e | q)``: ``p`` a training-free ranking of the
+entities, ``w`` a learned scalar that starts at 1 and ``c`` the network's correction, whose last layer
+starts at zero. The untrained model then ranks exactly as its prior does (with the ``softmax_sum`` passage
+ranker of :mod:`glmrag.index.ranking`, ``softmax(logits)`` summed over each passage's entities), and
+whatever training changes is what it adds to the prior.
+
+With ``dense_weight`` set, passages are then scored ``log(sum_{e in p} softmax(logits)_e) + b cos(q, p)``
+(:meth:`EntityPrior.passage_logits`): the entity ranking's passage mass fused with dense retrieval's
+question-passage cosine, ``b`` learned from ``dense_weight``. The untrained model is then the fusion of PPR
+and dense retrieval, and training is judged against that fusion.
+
+The one entity prior here is HippoRAG's Personalized PageRank (:mod:`glmrag.retrievers.ppr`), computed in torch
+from the GNN's own inputs: the restart is the question's seed weights ``1 / |passages mentioning e|``
+normalised to sum to 1 (the GNN's boundary condition is the same vector), the walk the undirected
+multigraph of the KG's triples with synonym edges (a self-loop counted once), damping 0.5 (HippoRAG), mass
+on entities without edges restarting, as in :mod:`glmrag.graph.pagerank`. A question without linked
+entities restarts uniformly (the PPR retriever's global-PageRank fallback).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from glmrag.nn.graph_inputs import GraphInputs
+
+PRIORS = ("ppr",)
+"""Training-free priors a retriever can start from (``ppr``: HippoRAG's Personalized PageRank)."""
+PPR_DAMPING = 0.5
+"""HippoRAG (Gutiérrez et al., 2024) PPR damping factor, as :data:`glmrag.retrievers.ppr.DAMPING`."""
+LOG_FLOOR = 1e-30
+"""Smallest probability whose log is taken: an entity the walk never reaches scores ``log(1e-30) ≈ -69``."""
+MASS_FLOOR = 1e-12
+"""Added to a passage's entity mass before its log: a passage the prior gives no mass still ranks by cosine."""
+
+
+@dataclass(frozen=True)
+class PriorSettings:
+    """Which prior a retriever's logits start from, and how it is weighted (``model.prior``)."""
+
+    kind: str = "ppr"
+    """The prior (:data:`PRIORS`)."""
+    damping: float = PPR_DAMPING
+    """PPR damping: the probability of following an edge (HippoRAG: 0.5)."""
+    tol: float = 1e-6
+    """L1 tolerance of the power iteration (the PPR retriever's)."""
+    learn_weight: bool = True
+    """Learn the prior's weight ``w`` (starting at 1) and the dense weight ``b``; false keeps both fixed."""
+    dense_weight: float | None = None
+    """None: passages rank by their entity mass alone. A number: the start of ``b`` in the passage score
+    ``log(mass) + b cos(q, p)`` (see the module docstring)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in PRIORS:
+            raise ValueError(f"prior.kind must be one of {PRIORS}, got {self.kind!r}")
+        if not 0.0 <= self.damping < 1.0:
+            raise ValueError(f"prior.damping must lie in [0, 1), got {self.damping!r}")
+        if not 0.0 < self.tol < 1.0:
+            raise ValueError(f"prior.tol must lie in (0, 1), got {self.tol!r}")
+        if not isinstance(self.learn_weight, bool):
+            raise ValueError(f"prior.learn_weight must be true or false, got {self.learn_weight!r}")
+        if self.dense_weight is not None and (
+            isinstance(self.dense_weight, bool) or not isinstance(self.dense_weight, int | float)
+        ):
+            raise ValueError(f"prior.dense_weight must be null or a number, got {self.dense_weight!r}")
+
+    @property
+    def iterations(self) -> int:
+        """Power iterations within ``tol`` of the fixed point (:func:`glmrag.graph.pagerank.iterations_for`)."""
+        if self.damping == 0.0:
+            return 1
+        return max(1, math.ceil(math.log(self.tol / 2.0) / math.log(self.damping)))
+
+
+@dataclass(frozen=True)
+class Walk:
+    """The random walk of one KG in torch: the transposed transition matrix and the dangling entities."""
+
+    transition_t: torch.Tensor
+    """(E, E) sparse CSR, ``transition_t[v, u] = Pr(u -> v)``: column ``u`` sums to 1 unless ``u`` is dangling."""
+    dangling: torch.Tensor
+    """(E,) bool: entities without edges, whose mass restarts."""
+
+
+def walk_of(graph: GraphInputs) -> Walk:
+    """The walk on the undirected multigraph of ``graph``'s triples (``edge_index`` holds each triple once per
+    direction; the second copy of a self-loop is dropped, as networkx and the PPR retriever count it once)."""
+    num_nodes = graph.num_nodes
+    src, dst = graph.edge_index  # (2T,) each
+    half = src.shape[0] // 2
+    keep = torch.ones_like(src, dtype=torch.bool)
+    keep[half:] = src[half:] != dst[half:]
+    src, dst = src[keep], dst[keep]
+    degree = torch.zeros(num_nodes, device=src.device).index_add_(0, src, torch.ones_like(src, dtype=torch.float))
+    weight = 1.0 / degree[src]  # (M,) Pr(src -> dst); parallel edges add up in the sparse sum
+    size = (num_nodes, num_nodes)
+    transition_t = torch.sparse_coo_tensor(torch.stack([dst, src]), weight, size, check_invariants=True).coalesce()
+    with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta": products with CSR are 20x faster
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return Walk(transition_t.to_sparse_csr(), degree == 0)
+
+
+def ppr_probabilities(walk: Walk, seed_weight: torch.Tensor, damping: float, iterations: int) -> torch.Tensor:
+    """Personalized PageRank of every entity from each question's seeds.
+
+    ``x <- damping * (T x + (dangling . x) r) + (1 - damping) r`` from ``x = r``, ``T`` the walk's transition
+    and ``r`` the normalised seed weights (uniform when a row has none).
+
+    Shapes: **seed_weight** ``(B, E)`` -> ``(B, E)`` float32 rows summing to 1.
+    """
+    restart = seed_weight.float().t()  # (E, B)
+    total = restart.sum(0, keepdim=True)  # (1, B)
+    uniform = torch.full_like(restart, 1.0 / restart.shape[0])
+    restart = torch.where(total > 0, restart / total.clamp_min(1e-30), uniform).contiguous()
+    x = restart
+    for _ in range(iterations):
+        leaked = x[walk.dangling].sum(0, keepdim=True)  # (1, B): mass on entities without edges restarts
+        x = damping * (walk.transition_t @ x + leaked * restart) + (1.0 - damping) * restart  # (E, B)
+    return x.t().contiguous()  # (B, E)
+
+
+def passage_logits(
+    entity_logits: torch.Tensor,
+    passage_entities: torch.Tensor,
+    dense_weight: torch.Tensor | None = None,
+    question_emb: torch.Tensor | None = None,
+    passage_emb: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``log(sum_{e in p} softmax(entity_logits)_e + MASS_FLOOR)``, plus ``dense_weight * cos(q, p)`` when given.
+
+    Shapes: **entity_logits** ``(B, E)``, **passage_entities** ``(P, E)`` sparse, **dense_weight** ``()``,
+    **question_emb** ``(B, d)`` and **passage_emb** ``(P, d)`` unit rows -> ``(B, P)``.
+    """
+    probs = torch.softmax(entity_logits.float(), dim=-1)  # (B, E); -inf -> 0
+    logits = torch.log((passage_entities @ probs.t()).t() + MASS_FLOOR)  # (B, P)
+    if dense_weight is None:
+        return logits
+    if question_emb is None or passage_emb is None:
+        raise ValueError("the dense term (prior.dense_weight) needs question_emb and passage_emb")
+    return logits + dense_weight * (question_emb.float() @ passage_emb.float().t())  # (B, P)
+
+
+class EntityPrior(nn.Module):
+    """``w * log p(e | q)``: the weighted log-prior of every entity (see the module docstring).
+
+    Shapes: **seed_weight** ``(B, E)`` -> ``(B, E)`` float32 (finite: ``log`` of at least :data:`LOG_FLOOR`).
+    """
+
+    def __init__(self, settings: PriorSettings) -> None:
+        super().__init__()
+        self.settings = settings
+        self.weight = nn.Parameter(torch.ones(()), requires_grad=settings.learn_weight)
+        self.register_parameter("dense_weight", None)  # b of the dense term, when prior.dense_weight is set
+        if settings.dense_weight is not None:
+            start = torch.tensor(float(settings.dense_weight))
+            self.dense_weight = nn.Parameter(start, requires_grad=settings.learn_weight)
+        self._walks: dict[int, tuple[torch.Tensor, Walk]] = {}  # id(edge_index) -> (edge_index, its walk)
+
+    def walk(self, graph: GraphInputs) -> Walk:
+        """The walk of ``graph``, built once per ``edge_index`` tensor (a module keeps one per KG and device)."""
+        cached = self._walks.get(id(graph.edge_index))
+        if cached is None or cached[0] is not graph.edge_index:
+            cached = self._walks[id(graph.edge_index)] = (graph.edge_index, walk_of(graph))
+        return cached[1]
+
+    def forward(self, graph: GraphInputs, seed_weight: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            walk, settings = self.walk(graph), self.settings
+            p = ppr_probabilities(walk, seed_weight, settings.damping, settings.iterations)  # (B, E)
+            log_p = p.clamp_min(LOG_FLOOR).log()
+        return self.weight * log_p  # (B, E)
+
+    @property
+    def dense(self) -> bool:
+        """Whether passages are scored with the dense term (``dense_weight`` set)."""
+        return self.dense_weight is not None
