@@ -38,9 +38,13 @@ BOOKKEEPING_KEYS = (
     "run_name",
     "hydra",
     "ckpt_path",
+    "evaluate",
+    "test",
+    "quiet",
 )
-"""Config keys that say where a run is written or logged (or resumed from), never what it measures: never a
-swept column here, never part of a run name (:mod:`glmrag.jobs.config_path`)."""
+"""Config keys that say where a run is written or logged (or resumed from), or which of its steps run (the
+evaluation after training, the test step, progress lines), never what it measures: never a swept column here,
+never part of a run name (:mod:`glmrag.jobs.config_path`)."""
 
 
 @dataclass
