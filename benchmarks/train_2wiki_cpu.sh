@@ -19,9 +19,9 @@ ckpts=checkpoints/bench_2wiki_cpu
 { time python train.py experiment=cpu_2wiki evaluate=false study=cpu_2wiki output_dir="$out/train" \
     checkpoint_dir=$ckpts/trained "$@" >"$out/train.log" 2>&1; } 2>"$out/train_time.txt"
 # 2. The untrained model: one epoch at lr 0 (no weight changes), so its checkpoint is the prior it starts from.
-python train.py experiment=cpu_2wiki evaluate=false test=false study=cpu_2wiki model_name=ppr_gnn_cpu_untrained \
-  model.optimizer.lr=0 trainer.max_epochs=1 output_dir="$out/untrained" checkpoint_dir=$ckpts/untrained "$@" \
-  >"$out/untrained.log" 2>&1
+{ time python train.py experiment=cpu_2wiki evaluate=false test=false study=cpu_2wiki model_name=ppr_gnn_cpu_untrained \
+    model.optimizer.lr=0 trainer.max_epochs=1 output_dir="$out/untrained" checkpoint_dir=$ckpts/untrained "$@" \
+    >"$out/untrained.log" 2>&1; } 2>"$out/untrained_time.txt"
 trained=$(ls $ckpts/trained/epoch*.ckpt | head -1)
 untrained=$ckpts/untrained/last.ckpt
 
@@ -40,6 +40,7 @@ read -r user sys wall <"$out/train_time.txt"
   echo
   echo "Command: \`bash benchmarks/train_2wiki_cpu.sh $out $*\` ($(date -u +%Y-%m-%d), $(nproc) cores)."
   echo "Training job (loading, validation of the untrained model, training, test): $(python -c "print(f'{($user + $sys) / 60:.1f} CPU min ({$wall / 60:.1f} min wall)')")."
+  echo "The untrained twin: $(awk '{printf "%.1f CPU min", ($1 + $2) / 60}' "$out/untrained_time.txt"); the four evaluations: $(cat "$out"/eval_*_time.txt | awk '{u += $1 + $2; w += $3} END {printf "%.1f CPU min (%.1f min wall)", u / 60, w / 60}')."
   echo "Best checkpoint: \`$trained\`; \`checkpoint\` is the trained model, \`untrained\` the same model before training."
   grep -h "before training\|no better than" "$out/train.log" | sed 's/^\[[^]]*\]\[[^]]*\]\[[A-Z]*\] - //' || true
   for data in 2wiki_test 2wiki_dev 2wiki_train musique100; do
