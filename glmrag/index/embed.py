@@ -36,10 +36,12 @@ def passage_text(passage: Passage) -> str:
     return f"{passage.title}\n{passage.text}"
 
 
-def passage_matrix(corpus: Corpus, embedder: Embedder, cache_dir: str | Path | None = None) -> np.ndarray:
+def passage_matrix(
+    corpus: Corpus, embedder: Embedder, cache_dir: str | Path | None = None, stage: str = "passage embedding"
+) -> np.ndarray:
     """The passages' embeddings (:func:`passage_text`) in corpus order, read from or written to
     ``<cache_dir>/dense-<model>-<corpus hash>.cache`` (None: no disk cache). Dense retrieval and a dense prior
-    (:mod:`glmrag.nn.prior`) share the file.
+    (:mod:`glmrag.nn.prior`) share the file; ``stage`` names the work in the progress lines.
 
     Shapes: -> (P, d) float32 with unit rows.
     """
@@ -51,7 +53,7 @@ def passage_matrix(corpus: Corpus, embedder: Embedder, cache_dir: str | Path | N
         matrix = None
     if matrix is None:
         texts = [passage_text(p) for p in corpus]
-        matrix = embedder.encode(texts, stage="passage embedding", unit="passage")
+        matrix = embedder.encode(texts, stage=stage, unit="passage")
         if path is not None:
             write_cache_array(path, matrix)
     return matrix

@@ -108,4 +108,7 @@ def cached_passage_embeddings(corpus: Corpus, index: KGIndex, embed_model: str =
             f"the corpus ({len(corpus)} passages) is not the index's ({index.num_passages}) in the same order: "
             "embed the corpus the index was built from"
         )
-    return torch.from_numpy(passage_matrix(corpus, Embedder(embed_model), cache_root() / "embeddings"))
+    matrix = passage_matrix(
+        corpus, Embedder(embed_model), cache_root() / "embeddings", "dense prior: passage embedding"
+    )
+    return torch.from_numpy(matrix)

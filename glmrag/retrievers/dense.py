@@ -50,7 +50,9 @@ class DenseRetriever:
         """
         key = corpus.content_hash()
         if key not in self._passages:
-            self._passages[key] = passage_matrix(corpus, self.embedder, self.cache_dir)
+            self._passages[key] = passage_matrix(
+                corpus, self.embedder, self.cache_dir, "dense retriever: passage embedding"
+            )
         return self._passages[key]
 
     def retrieve(
