@@ -1,8 +1,8 @@
 """A training-free prior over the entities that a trained retriever corrects (glmrag's own, not in the papers).
 
-A retriever trained on a few hundred questions starts from noise: GLM-RAG's GFM-RAG* and GFM-RAG+ rank
-the same passages for every question before training (``benchmarks/RESULTS.md``, "Why the demo learned
-little"), so a small run's first epochs are spent catching up with a baseline that needs no training. With a
+A retriever trained on a few hundred questions starts from noise: the untrained GFM-RAG+ demo ranked the
+same top-10 passages for all 20 of its validation questions (``benchmarks/RESULTS.md``, "Its learning
+rate"), so a small run's first epochs are spent catching up with a baseline that needs no training. With a
 prior, the model's entity logits are ``w * log p(e | q) + c(e | q)``: ``p`` a training-free ranking of the
 entities, ``w`` a learned scalar that starts at 1 and ``c`` the network's correction, whose last layer
 starts at zero. The untrained model then ranks exactly as its prior does (with the ``softmax_sum`` passage
@@ -10,7 +10,7 @@ ranker of :mod:`glmrag.index.ranking`, ``softmax(logits)`` summed over each pass
 whatever training changes is what it adds to the prior.
 
 With ``dense_weight`` set, passages are then scored ``log(sum_{e in p} softmax(logits)_e) + b cos(q, p)``
-(:meth:`EntityPrior.passage_logits`): the entity ranking's passage mass fused with dense retrieval's
+(:func:`passage_logits`): the entity ranking's passage mass fused with dense retrieval's
 question-passage cosine, ``b`` learned from ``dense_weight``. The untrained model is then the fusion of PPR
 and dense retrieval, and training is judged against that fusion.
 
