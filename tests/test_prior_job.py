@@ -16,6 +16,7 @@ def _overrides(tiny: str, tmp: Path, *extra: str) -> list[str]:
     return [
         "experiment=cpu_2wiki",
         f"data.name={tiny}",
+        f"datamodule.datasets=[{tiny}]",
         "index.extractor=openie",
         "eval_data=null",
         "eval_split=test",
