@@ -83,13 +83,13 @@ class LossWeights:
                 raise ValueError(f"loss.{name} must be a number >= 0, got {value!r}")
         if self.bce_weight + self.listce_weight + self.passage_weight == 0:
             raise ValueError("loss.bce_weight, listce_weight and passage_weight are all 0: nothing would be trained")
+        if not self.temperature > 0:
+            raise ValueError(f"loss.temperature must be > 0, got {self.temperature!r}")
 
     @property
     def entity_loss(self) -> dict[str, float]:
         """The keyword arguments of :func:`~glmrag.models.losses.gfm_rag_loss`: the entity losses' weights."""
         return {"bce_weight": self.bce_weight, "listce_weight": self.listce_weight, "temperature": self.temperature}
-        if not self.temperature > 0:
-            raise ValueError(f"loss.temperature must be > 0, got {self.temperature!r}")
 
 
 @dataclass(frozen=True)

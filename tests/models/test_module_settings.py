@@ -133,6 +133,13 @@ def test_the_glm_gets_dataclasses_and_its_own_loss_defaults():
         (lambda: GNNRetrieverModule(gnn={"hiden_channels": 8}), r"model.gnn has unknown key\(s\) \['hiden_channels'\]"),
         (lambda: GNNRetrieverModule(subgraph={"layout": "linear"}), r"a GNN reads only max_hops, max_triplets, seed"),
         (lambda: GNNRetrieverModule(loss={"bce_weight": -1}), r"loss.bce_weight must be a number >= 0"),
+        (lambda: GNNRetrieverModule(loss={"temperature": 0.0}), r"loss.temperature must be > 0"),
+        (
+            lambda: GNNRetrieverModule(loss={"bce_weight": 0, "listce_weight": 0}),
+            r"listce_weight and passage_weight are all 0",
+        ),
+        (lambda: tiny_glm(loss={"passage_weight": 1.0}), r"the GLM has no passage loss"),
+        (lambda: GNNRetrieverModule(prior={"kind": "dense"}), r"prior.kind must be one of"),
         (lambda: GNNRetrieverModule(evaluation={"ks": [1, 5]}), r"evaluation.ks must include 2"),
         (lambda: tiny_glm(lr={"bucket": "head"}), r"model.lr has unknown key\(s\) \['bucket'\]"),
         (lambda: tiny_glm(subgraph={"precompute": True}), r"set datamodule.subgraph.precompute"),
@@ -176,6 +183,7 @@ def test_the_yaml_nodes_become_the_modules_dataclasses(train_config):
         (["experiment=glm_demo", "+model.max_triplets=30"], r"model.max_triplets is now model.subgraph.max_triplets"),
         (["experiment=glm_demo", "+model.subgraph.precompute=true"], r"set datamodule.subgraph.precompute"),
         (["experiment=glm_demo", "model.glm.backend=triton"], r"glm.backend must be one of"),
+        (["model.loss.bce_weight=0", "model.loss.listce_weight=0"], r"passage_weight are all 0"),
     ],
 )
 def test_the_config_check_refuses_bad_nodes_before_any_work(train_config, overrides, message):
