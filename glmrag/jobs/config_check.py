@@ -94,9 +94,8 @@ def check_model(cfg: DictConfig) -> None:
     positive_int(cfg, "model.subgraph.max_triplets", allow_none=True)  # null: the whole KG (GFM-RAG)
     for key in LOSS_WEIGHTS:
         non_negative(cfg, key)
-    weights = [w for w in (OmegaConf.select(cfg, key) for key in LOSS_WEIGHTS[:2]) if w is not None]
-    weights += [OmegaConf.select(cfg, LOSS_WEIGHTS[2], default=None) or 0.0]  # the GLM's config has none
-    if len(weights) == 3 and sum(weights) == 0:
+    bce, listce, passage = (OmegaConf.select(cfg, key, default=None) for key in LOSS_WEIGHTS)  # the GLM has no passage
+    if bce is not None and listce is not None and bce + listce + (passage or 0) == 0:
         raise ConfigError(f"{', '.join(LOSS_WEIGHTS)} are all 0: nothing would be trained; set one above 0")
     check_model_settings(cfg)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import warnings
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -23,6 +22,7 @@ from glmrag.index.kg import KGIndex
 from glmrag.index.store import content_manifest
 from glmrag.io import cache_root, load_cached_tensors, write_cache_tensors
 from glmrag.nn.graph_inputs import GraphInputs, graph_inputs
+from glmrag.nn.prior import sparse_csr
 
 INPUTS_FORMAT = 2
 """Version of the cached GNN-input files; bump it when their content changes (2: checksummed, :mod:`glmrag.io`)."""
@@ -91,10 +91,7 @@ def passage_entity_matrix(index: KGIndex) -> torch.Tensor:
     """(P, E) sparse CSR float32, 1 where a passage mentions an entity: ``index.passage_entities`` in torch."""
     matrix = index.passage_entities.tocoo()
     rows_cols = torch.from_numpy(np.vstack([matrix.row, matrix.col]).astype(np.int64))
-    coo = torch.sparse_coo_tensor(rows_cols, torch.ones(matrix.nnz), matrix.shape, check_invariants=True).coalesce()
-    with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta": its products are the fast ones
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return coo.to_sparse_csr()
+    return sparse_csr(rows_cols, torch.ones(matrix.nnz), matrix.shape)
 
 
 def cached_passage_embeddings(corpus: Corpus, index: KGIndex, embed_model: str = DEFAULT_MODEL) -> torch.Tensor:

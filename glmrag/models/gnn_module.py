@@ -211,6 +211,7 @@ class GNNRetrieverModule(RetrieverModule):
         self.loss_fn = functools.partial(gfm_rag_loss, **self.loss_weights.entity_loss)
         self._graphs: dict[tuple[str, torch.device], GraphInputs] = {}
         self._passages: dict[tuple[str, torch.device], torch.Tensor] = {}
+        self._passage_emb: dict[tuple[str, torch.device], torch.Tensor] = {}
         self._subgraphs: dict[tuple[str, str], Subgraph] = {}
 
     @property
@@ -225,6 +226,7 @@ class GNNRetrieverModule(RetrieverModule):
         self._graphs.clear()
         self._subgraphs.clear()
         self._passages.clear()
+        self._passage_emb.clear()
         self.reset_metrics(stage)
         dm = getattr(self.trainer, "datamodule", None)
         if dm is None or not callable(getattr(dm, "graph", None)) or not callable(getattr(dm, "index", None)):
@@ -354,7 +356,10 @@ class GNNRetrieverModule(RetrieverModule):
         term when it has one. Shapes: **logits** ``(B, E)``, **question_emb** ``(B, d)`` -> ``(B, P)``."""
         if not self.dense_term:
             return passage_logits(logits, self.passage_entities(kg))
-        passage_emb = self.trainer.datamodule.passage_embeddings(kg).to(self.device)  # (P, d)
+        key = (kg, self.device)  # moved to the device once, not every step
+        if key not in self._passage_emb:
+            self._passage_emb[key] = self.trainer.datamodule.passage_embeddings(kg).to(self.device)
+        passage_emb = self._passage_emb[key]  # (P, d)
         return passage_logits(logits, self.passage_entities(kg), self.prior.dense_weight, question_emb, passage_emb)
 
     def kgc_step(self, batch: dict[str, Any]) -> torch.Tensor:

@@ -165,7 +165,7 @@ def gfm_rag_loss(
 
 def passage_list_ce(passage_logits: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
     r"""ListCE over passages (glmrag's, not in the papers): ``-\frac{1}{|G|} \sum_{g \in G} \log softmax(r)_g``
-    for the gold passages G of a question, ``r`` its passage logits (:meth:`glmrag.nn.prior.EntityPrior.passage_logits`:
+    for the gold passages G of a question, ``r`` its passage logits (:func:`glmrag.nn.prior.passage_logits`:
     the log of the mass the ``softmax_sum`` ranker gives each passage, plus the dense term). The entity losses
     reward every entity of a gold passage; this one the passages that recall@k counts.
 

@@ -100,15 +100,22 @@ class CheckpointRetriever:
             cached = self._graphs[id(index)] = (index, graph.to(self.device))
         return cached[1]
 
-    def entity_logits(self, questions: Sequence[Question], index: KGIndex) -> torch.Tensor:
-        """GNN logits of every entity for each question, on the CPU; ``-inf`` outside a restricted
-        checkpoint's subgraphs.
+    def question_embeddings(self, questions: Sequence[Question]) -> torch.Tensor:
+        """Shapes: questions (Q,) -> (Q, d) float32 sentence embeddings, by the checkpoint's encoder."""
+        return torch.from_numpy(self.embedder.encode([q.question for q in questions]))
 
-        Shapes: questions (Q,) -> (Q, E) float32.
+    def entity_logits(
+        self, questions: Sequence[Question], index: KGIndex, question_emb: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """GNN logits of every entity for each question, on the CPU; ``-inf`` outside a restricted
+        checkpoint's subgraphs. ``question_emb``: the questions' embeddings, when the caller has them.
+
+        Shapes: questions (Q,), **question_emb** ``(Q, d)`` -> (Q, E) float32.
         """
         settings = self.module.subgraph_settings
         graph = self.graph(index)
-        question_emb = torch.from_numpy(self.embedder.encode([q.question for q in questions]))  # (Q, d)
+        if question_emb is None:
+            question_emb = self.question_embeddings(questions)  # (Q, d)
         chunks = []
         with torch.inference_mode():
             for start in range(0, len(questions), self.batch_size):
@@ -123,15 +130,13 @@ class CheckpointRetriever:
         return torch.cat(chunks) if chunks else torch.zeros(0, index.num_entities)
 
     def passage_logits(
-        self, questions: Sequence[Question], index: KGIndex, corpus: Corpus, logits: torch.Tensor
+        self, question_emb: torch.Tensor, index: KGIndex, corpus: Corpus, logits: torch.Tensor
     ) -> torch.Tensor:
         """The module's fused passage logits (entity mass and the prior's dense term), as its validation scores them.
 
-        Shapes: questions (Q,), **logits** ``(Q, E)`` -> ``(Q, P)`` float32 on the CPU.
+        Shapes: **question_emb** ``(Q, d)``, **logits** ``(Q, E)`` -> ``(Q, P)`` float32 on the CPU.
         """
-        embed_model = self.module.hparams.embed_model
-        passage_emb = cached_passage_embeddings(corpus, index, embed_model)  # (P, d)
-        question_emb = torch.from_numpy(self.embedder.encode([q.question for q in questions]))  # (Q, d)
+        passage_emb = cached_passage_embeddings(corpus, index, self.module.hparams.embed_model)  # (P, d)
         matrix, weight = passage_entity_matrix(index), self.module.prior.dense_weight.detach().cpu()
         with torch.inference_mode():
             return passage_logits(logits, matrix, weight, question_emb, passage_emb)
@@ -141,9 +146,10 @@ class CheckpointRetriever:
         if len(corpus) != index.num_passages:
             raise ValueError(f"the index has {index.num_passages} passages but the corpus {len(corpus)}")
         questions = list(questions)
-        logits = self.entity_logits(questions, index).numpy()  # (Q, E)
+        question_emb = self.question_embeddings(questions)  # (Q, d), once for the GNN and the dense term
+        logits = self.entity_logits(questions, index, question_emb).numpy()  # (Q, E)
         if self.module.dense_term:  # the fused passage score of a prior with a dense term (glmrag/nn/prior.py)
-            passages = self.passage_logits(questions, index, corpus, torch.from_numpy(logits)).numpy()  # (Q, P)
+            passages = self.passage_logits(question_emb, index, corpus, torch.from_numpy(logits)).numpy()  # (Q, P)
             positions, scores = top_k_stable(passages, top_k)
         else:
             positions, scores = rank_passages(logits, index, top_k, self.ranker, self.top_entities)  # (Q, k)
