@@ -62,3 +62,9 @@ def test_long_suffixes_stay_folder_names():
     other = run_suffix([*overrides, "+trainer.limit_train_batches=3", "index.embed_model=offline:all-MiniLM-L6-v2"])
     assert other != long and other[:-8] == long[:-8]  # the same start, another hash
     assert run_suffix(["model.dropout=0.1"]) == "-dropout=0.1"  # short ones unchanged
+
+
+def test_which_steps_run_does_not_name_a_run():
+    """evaluate / test / quiet choose which steps of a job run, not what a model measures: the same model
+    trained with evaluate=false is the same run (benchmarks/train_2wiki_cpu.sh evaluates separately)."""
+    assert run_suffix(["evaluate=false", "test=false", "quiet=true", "trainer.max_epochs=2"]) == "-max_epochs=2"

@@ -39,6 +39,18 @@ def test_rankers_hand_computed(tiny, method, top_entities, expected):
     assert passage_scores(SCORES, tiny, method, top_entities) == pytest.approx(expected)
 
 
+def test_softmax_sum_sums_each_passages_entity_probabilities(tiny):
+    e = np.exp(SCORES)
+    p = e / e.sum()  # softmax over all five entities, e4 (in no passage) included
+    expected = [p[0] + p[1], p[1] + p[2], p[3], 0.0]
+    assert passage_scores(SCORES, tiny, "softmax_sum") == pytest.approx(expected)
+    masked = np.array([0.9, -np.inf, 0.1, 0.5, -np.inf])  # a masked entity has probability 0
+    e = np.exp(np.where(np.isinf(masked), -np.inf, masked))
+    p = e / e.sum()
+    assert passage_scores(masked, tiny, "softmax_sum") == pytest.approx([p[0], p[2], p[3], 0.0])
+    assert passage_scores(np.full(5, -np.inf), tiny, "softmax_sum") == pytest.approx([0.0] * 4)  # nothing scored
+
+
 def test_ranking_breaks_ties_by_corpus_order(tiny):
     positions, scores = rank_passages(SCORES[None], tiny, top_k_passages=4, method="idf_topk", top_entities=2)
     assert positions.tolist() == [[0, 1, 2, 3]] and scores.tolist() == [[1.0, 0.0, 0.0, 0.0]]

@@ -115,3 +115,34 @@ def test_passage_list_ce_scores_the_softmax_sum_ranking(random_graph):
     assert torch.allclose(fused, passage_logits(logits, matrix) + 10.0 * q @ p.t(), atol=1e-5)
     with pytest.raises(ValueError, match="question_emb and passage_emb"):
         passage_logits(logits, matrix, torch.tensor(10.0))
+
+
+def test_the_passage_weight_adds_the_passage_list_ce_to_the_step_loss(random_graph):
+    from glmrag.models.gnn_input_cache import passage_entity_matrix
+    from glmrag.models.losses import passage_list_ce
+    from glmrag.nn.prior import passage_logits
+
+    losses = {}
+    for weight in (0.0, 2.0):
+        index, questions, model, graph, query, seeds = _setup(
+            random_graph, SEED_SETS[:3], loss={"passage_weight": weight}
+        )
+        model.graph, model.index = (lambda kg: graph), (lambda kg: index)  # what the DataModule hands over
+        model.subgraphs = lambda kg, ids: None
+        target = torch.zeros_like(seeds)
+        target[:, :5] = 1.0
+        gold = [[index.passage_ids[0]], [index.passage_ids[1], index.passage_ids[2]], [index.passage_ids[3]]]
+        batch = {
+            "kg": "toy",
+            "question_ids": [q.id for q in questions],
+            "question_emb": query,
+            "seed_weight": seeds,
+            "target": target,
+            "gold": gold,
+            "real": torch.ones(3, dtype=torch.bool),
+        }
+        losses[weight], logits = model.model_step(batch)
+    gold_mask = torch.zeros(3, index.num_passages, dtype=torch.bool)
+    gold_mask[0, 0] = gold_mask[1, 1] = gold_mask[1, 2] = gold_mask[2, 3] = True
+    expected = passage_list_ce(passage_logits(logits, passage_entity_matrix(index)), gold_mask)
+    assert losses[2.0].item() == pytest.approx(losses[0.0].item() + 2.0 * expected.item(), rel=1e-5)
