@@ -127,7 +127,7 @@ def test_the_passage_weight_adds_the_passage_list_ce_to_the_step_loss(random_gra
         index, questions, model, graph, query, seeds = _setup(
             random_graph, SEED_SETS[:3], loss={"passage_weight": weight}
         )
-        model.graph, model.index = (lambda kg: graph), (lambda kg: index)  # what the DataModule hands over
+        model.graph, model.index = (lambda kg, g=graph: g), (lambda kg, i=index: i)  # the DataModule's hand-over
         model.subgraphs = lambda kg, ids: None
         target = torch.zeros_like(seeds)
         target[:, :5] = 1.0
