@@ -21,14 +21,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import T5Config
+from transformers import AutoConfig, MPNetConfig, T5Config
 
-from glmrag.index.embed import DEFAULT_MODEL
+from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
 from glmrag.index.ranking import rank_passages
 from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer
 from glmrag.models.losses import gfm_rag_loss
 from glmrag.models.retriever_module import Evaluation, LossWeights, RetrieverModule, typed_settings
-from glmrag.nn.glm import ATTENTIONS, BACKENDS, GLMEncoder
+from glmrag.nn.glm import ATTENTIONS, BACKENDS, GLMEncoder, GraphEncoder
+from glmrag.nn.glm_mpnet import ABSOLUTE_POSITIONS, MPNetGLMEncoder
 from glmrag.nn.glm_retriever import AGGREGATIONS, GLMInputs, GLMRetriever
 
 HEAD_LR = 5e-4
@@ -39,6 +40,8 @@ BUCKET_LRS = ("backbone", "head")
 """Which learning rate the GLM's extra buckets take (not in GLM-RAG; ``backbone`` as the GLM reference code)."""
 GLM_LOSS = LossWeights(bce_weight=0.44, listce_weight=0.56)
 """GLM-RAG App. B: 0.56 masked ListCE + 0.44 BCE; GFM-RAG's temperature 0.2."""
+BACKBONES = {"t5": (GLMEncoder, T5Config), "mpnet": (MPNetGLMEncoder, MPNetConfig)}
+"""``model.glm.backbone``: each GLM encoder class and the config class of its random ``t5_config``."""
 SUBGRAPH_FIELDS = tuple(f.name for f in fields(SubgraphSettings) if f.name != "precompute")
 """The :class:`SubgraphSettings` fields the module holds (all but ``precompute``, which is the DataModule's)."""
 
@@ -48,10 +51,15 @@ class GLMConfig:
     """The GLM encoder and its scoring head."""
 
     t5: str = "t5-base"
-    """The pretrained T5: ``t5-small``, ``t5-base``, ``t5-large`` (GLM-RAG Fig. 6, Table 18) or a folder."""
+    """The pretrained encoder: ``t5-small``, ``t5-base``, ``t5-large`` (GLM-RAG Fig. 6, Table 18), an MPNet
+    (``offline:all-mpnet-base-v2``, glmrag's offline backbone) or a folder."""
     t5_config: dict[str, Any] | None = None
-    """Instead of ``t5``, a randomly initialised T5 with these ``T5Config`` fields (no hub needed: the offline
-    demo, the tests); ``vocab_size`` defaults to the tokenizer's."""
+    """Instead of ``t5``, a randomly initialised encoder with these config fields (``T5Config``, or
+    ``MPNetConfig`` for ``backbone: mpnet``; no hub needed: the offline demo, the tests); ``vocab_size``
+    defaults to the tokenizer's."""
+    backbone: str | None = None
+    """``t5`` (GLM-RAG) or ``mpnet`` (:mod:`glmrag.nn.glm_mpnet`); None: read from the pretrained model's config
+    (``model_type``), ``t5`` for a ``t5_config``."""
     tokenizer: str | None = None
     """Tokenizer of the subgraphs; None: ``t5``'s."""
     attention: str = "global"
@@ -65,7 +73,13 @@ class GLMConfig:
     backend: str = "eager"
     """Attention backend, ``eager`` or ``flex`` (FlexAttention; :mod:`glmrag.nn.glm`)."""
     gradient_checkpointing: bool = False
-    """Recompute T5 blocks in the backward pass (less activation memory, more compute)."""
+    """Recompute encoder layers in the backward pass (less activation memory, more compute)."""
+    absolute_positions: str = "sentence"
+    """MPNet only (T5 has no absolute positions): each graph token's absolute position, ``sentence`` |
+    ``sequence`` | ``constant`` (:func:`~glmrag.nn.glm_mpnet.absolute_positions`; not in GLM-RAG)."""
+    frozen_layers: int = 0
+    """Freeze the token embeddings and this many of the lowest encoder layers (0: train all, as GLM-RAG);
+    backpropagation stops above them (the CPU recipe)."""
 
     def __post_init__(self) -> None:
         if self.tokenizer is None:
@@ -78,6 +92,14 @@ class GLMConfig:
             raise ValueError(f"glm.aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
         if self.backend not in BACKENDS:
             raise ValueError(f"glm.backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.backbone is not None and self.backbone not in BACKBONES:
+            raise ValueError(f"glm.backbone must be one of {tuple(BACKBONES)} or null, got {self.backbone!r}")
+        if self.absolute_positions not in ABSOLUTE_POSITIONS:
+            raise ValueError(
+                f"glm.absolute_positions must be one of {ABSOLUTE_POSITIONS}, got {self.absolute_positions!r}"
+            )
+        if isinstance(self.frozen_layers, bool) or not isinstance(self.frozen_layers, int) or self.frozen_layers < 0:
+            raise ValueError(f"glm.frozen_layers must be an integer >= 0, got {self.frozen_layers!r}")
         if isinstance(self.question_dim, bool) or not isinstance(self.question_dim, int) or self.question_dim < 1:
             raise ValueError(f"glm.question_dim must be an integer >= 1, got {self.question_dim!r}")
         for name in ("query_interaction", "gradient_checkpointing"):
@@ -186,15 +208,7 @@ class GLMRetrieverModule(RetrieverModule):
         self.optimizer_factory = optimizer or torch.optim.AdamW
         self.scheduler_factory = scheduler
 
-        encoder_args = {"attention": config.attention, "backend": config.backend}
-        if config.t5_config is not None:
-            t5 = T5Config(**{"vocab_size": len(load_tokenizer(config.tokenizer)), **config.t5_config})
-            encoder = GLMEncoder.from_config(t5, **encoder_args)
-        else:
-            encoder = GLMEncoder.from_pretrained(config.t5, **encoder_args)
-        if config.gradient_checkpointing:
-            encoder.enable_gradient_checkpointing()
-        self.net = GLMRetriever(encoder, config.question_dim, config.aggregation, config.query_interaction)
+        self.net = GLMRetriever(glm_encoder(config), config.question_dim, config.aggregation, config.query_interaction)
         if self.loss_weights.passage_weight:
             raise ValueError(
                 "model.loss.passage_weight is the GNN's passage ListCE: the GLM has no passage loss; set it to 0"
@@ -287,6 +301,31 @@ class GLMRetrieverModule(RetrieverModule):
             for row, top in zip(rows, positions, strict=True):
                 ranked[row] = [index.passage_ids[p] for p in top]
         return ranked
+
+
+def glm_encoder(config: GLMConfig) -> GraphEncoder:
+    """The encoder ``config`` names: its backbone, pretrained or random, with its frozen layers and checkpointing."""
+    path = None if config.t5_config is not None else resolve_model_path(config.t5)
+    backbone = config.backbone or ("t5" if path is None else AutoConfig.from_pretrained(path).model_type)
+    if backbone not in BACKBONES:
+        raise ValueError(
+            f"model.glm.t5={config.t5!r} is a {backbone!r} model; the GLM reads {tuple(BACKBONES)} encoders"
+        )
+    encoder_class, config_class = BACKBONES[backbone]
+    kwargs = {"attention": config.attention, "backend": config.backend}
+    if backbone == "mpnet":
+        kwargs["absolute_positions"] = config.absolute_positions
+    elif config.absolute_positions != "sentence":
+        raise ValueError("model.glm.absolute_positions is MPNet's: T5 has no absolute positions; leave it sentence")
+    if path is None:
+        fields = {"vocab_size": len(load_tokenizer(config.tokenizer)), **config.t5_config}
+        encoder = encoder_class.from_config(config_class(**fields), **kwargs)
+    else:
+        encoder = encoder_class.from_pretrained(path, **kwargs)
+    encoder.freeze_bottom(config.frozen_layers)
+    if config.gradient_checkpointing:
+        encoder.enable_gradient_checkpointing()
+    return encoder
 
 
 def entity_scores(node_logits: np.ndarray, entity_of_node: np.ndarray, node_mask: np.ndarray, num_entities: int):

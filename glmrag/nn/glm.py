@@ -1,14 +1,16 @@
-"""The Graph Language Model encoder: a Hugging Face T5 encoder reading a Levi graph.
+"""The Graph Language Model encoder: a pretrained text encoder reading a Levi graph.
 
 GLM-RAG §3 encodes a subgraph with a GLM (Plenz & Frank 2024): T5's encoder, changed only in its attention
 bias. T5's shared ``relative_attention_bias`` table is indexed by graph-aware bucket ids
 (:func:`graph_buckets`): pairs inside a node or a triple, and question pairs, take T5's bucket of their
 relative position (:mod:`glmrag.graph.levi`); the others take three extra buckets (GLM-RAG App. B), which
 start as copies of the farthest-distance bucket. The local GLM lets only the former attend.
-:class:`GLMEncoder` runs the encoder's own ``T5Block`` modules with a :class:`GraphAttentionBias` as their
-``position_bias``; :func:`graph_attention`, registered in transformers' ``AttentionInterface``, reads it
-(no copy of ``modeling_t5.py``). Its ``eager`` backend uses SDPA with a float32 mask when no dropout
-applies and states are float32, else the dense-bias reference; ``flex`` is :mod:`glmrag.nn.flex_attention`.
+:class:`GraphEncoder` holds what every backbone shares (the extra buckets, the bias, the kernels of
+:func:`attend`); :class:`GLMEncoder` runs T5's own ``T5Block`` modules with a :class:`GraphAttentionBias` as
+their ``position_bias``; :func:`graph_attention`, registered in transformers' ``AttentionInterface``, reads it
+(no copy of ``modeling_t5.py``). :mod:`glmrag.nn.glm_mpnet` is the second backbone (MPNet, the same bias
+machinery). The ``eager`` backend uses SDPA with a float32 mask when no dropout applies and states are
+float32, else the dense-bias reference; ``flex`` is :mod:`glmrag.nn.flex_attention`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,32 @@ ATTENTIONS = ("global", "local")
 BACKENDS = ("eager", "flex")
 
 
+def attend(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    bias: GraphAttentionBias,
+    scaling: float,
+    dropout: float = 0.0,
+    training: bool = False,
+) -> torch.Tensor:
+    """Graph-biased attention by the bias's backend: flex, else SDPA (float32, no dropout), else the reference.
+
+    Shapes: **query**, **key**, **value** ``(B, H, L, D)`` -> ``(B, L, H, D)``.
+    """
+    if bias.backend == "flex":
+        if dropout > 0 and training:
+            raise ValueError(
+                f"the flex backend got attention dropout {dropout}, which FlexAttention does not support; "
+                "set dropout_rate: 0 (T5) or attention_probs_dropout_prob: 0 (MPNet) in the GLM encoder's config, "
+                "or use backend 'eager'"
+            )
+        return flex_graph_attention(query, key, value, bias, scaling)
+    if (dropout == 0.0 or not training) and query.dtype == torch.float32:
+        return sdpa_graph_attention(query, key, value, bias, scaling)
+    return eager_graph_attention(query, key, value, bias, scaling, dropout, training)
+
+
 def graph_attention(
     module: nn.Module,
     query: torch.Tensor,
@@ -43,7 +71,7 @@ def graph_attention(
     position_bias: torch.Tensor | GraphAttentionBias | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """T5 attention with a :class:`GraphAttentionBias`, or T5's eager attention for a tensor bias.
+    """T5 attention with a :class:`GraphAttentionBias` (:func:`attend`), or T5's eager attention for a tensor bias.
 
     Shapes: **query**, **key**, **value** ``(B, H, L, D)`` -> ``(B, L, H, D)`` and None (the graph paths
     return no attention weights).
@@ -55,16 +83,7 @@ def graph_attention(
     if attention_mask is not None:
         raise ValueError("a GraphAttentionBias carries its own mask; call the blocks with attention_mask=None")
     scaling = 1.0 if scaling is None else scaling
-    if position_bias.backend == "flex":
-        if dropout > 0:
-            raise ValueError(
-                f"the flex backend got attention dropout {dropout}, which FlexAttention does not support; "
-                "set dropout_rate: 0 in the T5 config of the GLM encoder, or use backend 'eager'"
-            )
-        return flex_graph_attention(query, key, value, position_bias, scaling), None
-    if dropout == 0.0 and query.dtype == torch.float32:
-        return sdpa_graph_attention(query, key, value, position_bias, scaling), None
-    return eager_graph_attention(query, key, value, position_bias, scaling, dropout, module.training), None
+    return attend(query, key, value, position_bias, scaling, dropout, module.training), None
 
 
 def register_glm_attention() -> str:
@@ -96,7 +115,158 @@ def graph_buckets(
     return torch.where(positioned, text, num_buckets + kind.long() - 1).to(torch.int8)
 
 
-class GLMEncoder(nn.Module):
+class GraphEncoder(nn.Module):
+    """What every GLM backbone shares: the three extra buckets, the :class:`GraphAttentionBias` and its kernels.
+
+    A backbone names its shared relative-position table (:attr:`position_table`), its bucketing
+    (:attr:`num_buckets`, :attr:`max_distance`: T5's bidirectional scheme for T5 and MPNet alike), its width
+    (:attr:`d_model`), the dropout on attention probabilities (:attr:`attention_dropout`) and the modules of its
+    bottom (:meth:`bottom_modules`: embeddings, then the layers in order).
+
+    Args:
+        attention: ``global`` (every pair attends; GLM-RAG default) or ``local`` (kind-1 pairs masked).
+        backend: ``eager`` or ``flex`` (:class:`GraphAttentionBias`; without attention-probability dropout).
+    """
+
+    backbone: str = ""
+    """``t5`` or ``mpnet``: the ``model.glm.backbone`` this class reads."""
+
+    def __init__(self, attention: str = "global", backend: str = "eager") -> None:
+        super().__init__()
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.attention, self.backend = attention, backend
+
+    def init_extra_buckets(self) -> None:
+        """GLM-RAG App. B: the three extra buckets start as copies of the farthest-distance bucket."""
+        table = self.position_table.weight  # (num_buckets, H)
+        self.extra_bias = nn.Parameter(table[-1:].detach().clone().repeat(NUM_EXTRA_BUCKETS, 1))  # (3, H)
+
+    @property
+    def position_table(self) -> nn.Embedding:
+        raise NotImplementedError
+
+    @property
+    def num_buckets(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def max_distance(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def d_model(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def attention_dropout(self) -> float:
+        raise NotImplementedError
+
+    def bottom_modules(self) -> list[nn.Module]:
+        raise NotImplementedError
+
+    frozen_layers: int = 0
+    """How many of the lowest layers :meth:`freeze_bottom` froze (with the token embeddings)."""
+
+    def freeze_bottom(self, num_layers: int) -> None:
+        """Freeze the token embeddings and the lowest ``num_layers`` layers (0: nothing).
+
+        Frozen layers run without gradients and read the position table detached, so backpropagation stops
+        above them (the CPU recipe's saving); the table and the extra buckets still train through the layers
+        above.
+        """
+        modules = self.bottom_modules()
+        if not 0 <= num_layers < len(modules) - 1:
+            raise ValueError(f"frozen_layers must be in [0, {len(modules) - 2}] for this encoder, got {num_layers}")
+        for module in modules[: num_layers + 1] if num_layers else []:
+            for parameter in module.parameters():
+                parameter.requires_grad_(False)
+        self.position_table.weight.requires_grad_(True)
+        self.frozen_layers = num_layers
+
+    def compute_dtype(self, device: torch.device) -> torch.dtype:
+        """The dtype of the attention's query states on ``device``: the autocast dtype where autocast is on for
+        that device type (Lightning's ``bf16-mixed``: bf16 states over float32 weights), else the weights'."""
+        if torch.is_autocast_enabled(device.type):
+            return torch.get_autocast_dtype(device.type)
+        return self.position_table.weight.dtype
+
+    def attention_bias(
+        self,
+        token_mask: torch.Tensor,
+        relative_position: torch.Tensor,
+        kind: torch.Tensor,
+        dtype: torch.dtype | None = None,
+    ) -> GraphAttentionBias:
+        """The :class:`GraphAttentionBias` every block reads; its dense bias is built in ``dtype`` (None: the
+        table's).
+
+        Shapes: **token_mask** ``(B, L)``, **relative_position**, **kind** ``(B, L, L)``.
+        """
+        bucket = graph_buckets(relative_position, kind, self.num_buckets, self.max_distance)  # (B, L, L)
+        table = torch.cat([self.position_table.weight, self.extra_bias])  # (K, H)
+        allowed = kind != GRAPH_GLOBAL if self.attention == "local" else None  # (B, L, L)
+        return GraphAttentionBias(bucket, table, allowed, token_mask.bool(), self.backend, dtype)
+
+    def prepared_bias(
+        self,
+        token_mask: torch.Tensor,
+        relative_position: torch.Tensor,
+        kind: torch.Tensor,
+        device: torch.device,
+        frozen: bool = False,
+    ) -> GraphAttentionBias:
+        """:meth:`attention_bias` in the compute dtype, with what the eager kernels read already gathered;
+        ``frozen``: over the detached table, for the frozen layers.
+
+        Gathered here, outside any block a checkpoint would recompute, and only the one :func:`attend` reads:
+        the float32 SDPA mask for float32 states without attention dropout (eval, or dropout 0), else the dense
+        bias of the eager reference in the compute dtype.
+        """
+        dtype = self.compute_dtype(device)
+        bias = self.attention_bias(token_mask, relative_position, kind, dtype)
+        if frozen:
+            bias.table = bias.table.detach()
+        if self.backend == "eager":
+            if dtype == torch.float32 and not (self.training and self.attention_dropout > 0):
+                bias.sdpa_mask()
+            else:
+                bias.dense_bias()
+        return bias
+
+    def run_layers(
+        self, hidden: torch.Tensor, layers: list[nn.Module], biases: tuple[GraphAttentionBias, GraphAttentionBias]
+    ) -> torch.Tensor:
+        """Run ``layers`` (the encoder's, bottom up) as ``layer(hidden, None, bias)[0]``: the frozen ones
+        without gradients over ``biases[0]``, the others over ``biases[1]``.
+
+        Shapes: **hidden** ``(B, L, d)`` -> ``(B, L, d)``.
+        """
+        frozen, live = biases
+        with torch.no_grad():
+            for layer in layers[: self.frozen_layers]:
+                hidden = layer(hidden, None, frozen)[0]  # (B, L, d)
+        for layer in layers[self.frozen_layers :]:
+            hidden = self.checkpointed(layer)(hidden, None, live)[0]  # (B, L, d)
+        return hidden
+
+    def checkpointed(self, layer: nn.Module):
+        """``layer`` itself; a backbone without Hugging Face's own checkpointing wraps it here."""
+        return layer
+
+    def biases(
+        self, token_mask: torch.Tensor, relative_position: torch.Tensor, kind: torch.Tensor, device: torch.device
+    ) -> tuple[GraphAttentionBias, GraphAttentionBias]:
+        """The frozen layers' bias (detached table; the live one when nothing is frozen) and the live bias."""
+        live = self.prepared_bias(token_mask, relative_position, kind, device)
+        if not self.frozen_layers:
+            return live, live
+        return self.prepared_bias(token_mask, relative_position, kind, device, frozen=True), live
+
+
+class GLMEncoder(GraphEncoder):
     """A T5 encoder reading Levi graphs with graph-aware relative positions.
 
     Args:
@@ -105,12 +275,10 @@ class GLMEncoder(nn.Module):
         backend: ``eager`` or ``flex`` (:class:`GraphAttentionBias`; without attention-probability dropout).
     """
 
+    backbone = "t5"
+
     def __init__(self, t5: T5EncoderModel, attention: str = "global", backend: str = "eager") -> None:
-        super().__init__()
-        if attention not in ATTENTIONS:
-            raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        super().__init__(attention, backend)
         t5.set_attn_implementation(register_glm_attention())
         if backend == "flex":
             # FlexAttention has no dropout on attention probabilities: switch that one off (T5Attention reads
@@ -118,9 +286,8 @@ class GLMEncoder(nn.Module):
             for module in t5.modules():
                 if isinstance(module, T5Attention):
                     module.dropout = 0.0
-        self.t5, self.attention, self.backend = t5, attention, backend
-        table = self.position_table.weight  # (num_buckets, H)
-        self.extra_bias = nn.Parameter(table[-1:].detach().clone().repeat(NUM_EXTRA_BUCKETS, 1))  # (3, H)
+        self.t5 = t5
+        self.init_extra_buckets()
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, **kwargs) -> GLMEncoder:
@@ -156,32 +323,24 @@ class GLMEncoder(nn.Module):
         """T5's pretrained ``relative_attention_bias`` (layer 0, shared by every layer)."""
         return self.t5.encoder.block[0].layer[0].SelfAttention.relative_attention_bias
 
-    def compute_dtype(self, device: torch.device) -> torch.dtype:
-        """The dtype of the attention's query states on ``device``: the autocast dtype where autocast is on for
-        that device type (Lightning's ``bf16-mixed``: bf16 states over float32 weights), else the weights'."""
-        if torch.is_autocast_enabled(device.type):
-            return torch.get_autocast_dtype(device.type)
-        return self.t5.encoder.block[0].layer[0].SelfAttention.q.weight.dtype
+    @property
+    def num_buckets(self) -> int:
+        return self.config.relative_attention_num_buckets
 
-    def attention_bias(
-        self,
-        token_mask: torch.Tensor,
-        relative_position: torch.Tensor,
-        kind: torch.Tensor,
-        dtype: torch.dtype | None = None,
-    ) -> GraphAttentionBias:
-        """The :class:`GraphAttentionBias` every block reads; its dense bias is built in ``dtype`` (None: the
-        table's).
+    @property
+    def max_distance(self) -> int:
+        return self.config.relative_attention_max_distance
 
-        Shapes: **token_mask** ``(B, L)``, **relative_position**, **kind** ``(B, L, L)``.
-        """
-        config = self.config
-        bucket = graph_buckets(
-            relative_position, kind, config.relative_attention_num_buckets, config.relative_attention_max_distance
-        )  # (B, L, L)
-        table = torch.cat([self.position_table.weight, self.extra_bias])  # (K, H)
-        allowed = kind != GRAPH_GLOBAL if self.attention == "local" else None  # (B, L, L)
-        return GraphAttentionBias(bucket, table, allowed, token_mask.bool(), self.backend, dtype)
+    @property
+    def d_model(self) -> int:
+        return self.config.d_model
+
+    @property
+    def attention_dropout(self) -> float:
+        return self.config.dropout_rate
+
+    def bottom_modules(self) -> list[nn.Module]:
+        return [self.t5.encoder.embed_tokens, *self.t5.encoder.block]
 
     def forward(
         self,
@@ -195,18 +354,8 @@ class GLMEncoder(nn.Module):
         Shapes: **input_ids**, **token_mask** ``(B, L)``, **relative_position**, **kind** ``(B, L, L)``
         -> ``(B, L, d_model)``.
         """
-        dtype = self.compute_dtype(input_ids.device)
-        bias = self.attention_bias(token_mask, relative_position, kind, dtype)
-        if self.backend == "eager":
-            # Gathered here, outside any block a checkpoint would recompute, and only the one graph_attention
-            # reads: the float32 SDPA mask for float32 states without attention dropout (eval, or dropout_rate
-            # 0), else the dense bias of the eager reference in the compute dtype.
-            if dtype == torch.float32 and not (self.training and self.config.dropout_rate > 0):
-                bias.sdpa_mask()
-            else:
-                bias.dense_bias()
+        biases = self.biases(token_mask, relative_position, kind, input_ids.device)
         encoder = self.t5.encoder
         hidden = encoder.dropout(encoder.embed_tokens(input_ids))  # (B, L, d)
-        for block in encoder.block:
-            hidden = block(hidden, None, bias)[0]  # (B, L, d)
+        hidden = self.run_layers(hidden, list(encoder.block), biases)  # (B, L, d)
         return encoder.dropout(encoder.final_layer_norm(hidden))

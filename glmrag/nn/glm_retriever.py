@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from glmrag.nn.glm import GLMEncoder
+from glmrag.nn.glm import GraphEncoder
 
 AGGREGATIONS = ("mean", "first", "last")
 
@@ -79,19 +79,19 @@ class GLMRetriever(nn.Module):
     """Scores the entity nodes of Levi graphs for their questions.
 
     Args:
-        encoder: the :class:`GLMEncoder`.
+        encoder: a :class:`~glmrag.nn.glm.GraphEncoder` (T5 or MPNet).
         question_dim: size of the question sentence embedding (384: all-MiniLM-L6-v2).
         aggregation: node pooling, ``mean`` | ``first`` | ``last``.
         query_interaction: multiply node embeddings by the projected question embedding.
     """
 
     def __init__(
-        self, encoder: GLMEncoder, question_dim: int = 384, aggregation: str = "mean", query_interaction: bool = True
+        self, encoder: GraphEncoder, question_dim: int = 384, aggregation: str = "mean", query_interaction: bool = True
     ) -> None:
         super().__init__()
         if aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
-        d_model = encoder.config.d_model
+        d_model = encoder.d_model
         self.encoder, self.aggregation = encoder, aggregation
         self.question_proj = nn.Linear(question_dim, d_model) if query_interaction else None
         self.scorer = nn.Sequential(nn.Linear(d_model, d_model), nn.ReLU(), nn.Linear(d_model, 1))
