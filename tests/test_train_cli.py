@@ -28,6 +28,13 @@ TINY_GLM = [
     "logger=[csv]",
 ]
 
+TINY_MPNET_GLM = [
+    *TINY_GLM,
+    "model.glm.t5_config={hidden_size: 16, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 32}",
+    "model.glm.frozen_layers=1",
+]
+"""A tiny random MPNet for experiment=glm_2wiki_cpu (the real one needs the [mpnet] extra)."""
+
 
 def first_run(experiment: str) -> list[str]:
     """A study's first run: the first value of each key it sweeps (a study file alone is no run of it)."""
@@ -43,6 +50,8 @@ def tiny(experiment: str, run: list[str] = ()) -> list[str]:
     system = [o.split("=", 1)[1] for o in run if o.lstrip("+").startswith("system")]
     if experiment == "cpu_2wiki":  # trained on the 2Wiki slice, which lies outside the repository: its recipe here
         return [*TINY, *ON_MUSIQUE]
+    if experiment == "glm_2wiki_cpu":  # the same, on a tiny random MPNet
+        return [*TINY_MPNET_GLM, *ON_MUSIQUE]
     return TINY_GLM if experiment.startswith("glm") or any(s.startswith("glm") for s in system) else TINY
 
 

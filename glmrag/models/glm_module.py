@@ -318,10 +318,17 @@ def glm_encoder(config: GLMConfig) -> GraphEncoder:
     elif config.absolute_positions != "sentence":
         raise ValueError("model.glm.absolute_positions is MPNet's: T5 has no absolute positions; leave it sentence")
     if path is None:
+        known = set(config_class().to_dict()) | set(config_class.attribute_map)
+        unknown = sorted(set(config.t5_config) - known)
+        if unknown:
+            raise ValueError(
+                f"model.glm.t5_config has {unknown}, which are not {config_class.__name__} fields (backbone "
+                f"{backbone}); set model.glm.backbone to the encoder these fields describe, or use its field names"
+            )
         fields = {"vocab_size": len(load_tokenizer(config.tokenizer)), **config.t5_config}
         encoder = encoder_class.from_config(config_class(**fields), **kwargs)
     else:
-        encoder = encoder_class.from_pretrained(path, **kwargs)
+        encoder = encoder_class.from_pretrained(path, **kwargs).train()  # from_pretrained returns eval mode
     encoder.freeze_bottom(config.frozen_layers)
     if config.gradient_checkpointing:
         encoder.enable_gradient_checkpointing()

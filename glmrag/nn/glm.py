@@ -173,9 +173,9 @@ class GraphEncoder(nn.Module):
     def freeze_bottom(self, num_layers: int) -> None:
         """Freeze the token embeddings and the lowest ``num_layers`` layers (0: nothing).
 
-        Frozen layers run without gradients and read the position table detached, so backpropagation stops
-        above them (the CPU recipe's saving); the table and the extra buckets still train through the layers
-        above.
+        Frozen layers run without gradients, without dropout and over the detached position table, so
+        backpropagation stops above them (the CPU recipe's saving); the table and the extra buckets still train
+        through the layers above.
         """
         modules = self.bottom_modules()
         if not 0 <= num_layers < len(modules) - 1:
@@ -185,6 +185,15 @@ class GraphEncoder(nn.Module):
                 parameter.requires_grad_(False)
         self.position_table.weight.requires_grad_(True)
         self.frozen_layers = num_layers
+        self.train(self.training)
+
+    def train(self, mode: bool = True) -> GraphEncoder:
+        """Train or eval mode; the frozen bottom (:meth:`freeze_bottom`) stays in eval mode, a fixed feature
+        extractor without dropout."""
+        super().train(mode)
+        for module in self.bottom_modules()[: self.frozen_layers + 1] if self.frozen_layers else []:
+            module.eval()
+        return self
 
     def compute_dtype(self, device: torch.device) -> torch.dtype:
         """The dtype of the attention's query states on ``device``: the autocast dtype where autocast is on for

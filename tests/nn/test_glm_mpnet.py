@@ -236,3 +236,13 @@ def test_against_the_real_offline_all_mpnet_base_v2():
     glm = MPNetGLMEncoder.from_pretrained(path).eval()
     graph = encode_triples(CHAIN, tokenizer, mode="path")
     torch.testing.assert_close(run_glm(glm, [graph]), hf(reference, linearise(CHAIN, tokenizer)), atol=1e-5, rtol=0)
+
+
+def test_the_frozen_bottom_stays_in_eval_mode(mpnet):
+    glm = glm_of(mpnet).train()
+    glm.freeze_bottom(2)
+    glm.train()
+    layers = glm.mpnet.encoder.layer
+    assert not glm.mpnet.embeddings.training and not layers[1].training and layers[2].training
+    glm.eval().train()
+    assert not layers[0].training and layers[2].attention.attn.training

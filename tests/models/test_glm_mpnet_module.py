@@ -1,0 +1,101 @@
+"""GLMRetrieverModule on the MPNet backbone (a tiny random MPNet, musique100): it learns, checkpoints round-trip,
+the backbone is read from a saved model's config, and checkpoints from before the backbone setting still load."""
+
+from __future__ import annotations
+
+from functools import partial
+from types import SimpleNamespace
+
+import lightning as L
+import pytest
+import torch
+from test_glm_module import MAX_TRIPLETS, T5_TINY, make_dm
+from transformers import MPNetConfig, MPNetModel, T5Config, T5EncoderModel
+
+from glmrag.index.embed import DEFAULT_MODEL
+from glmrag.models.glm_module import GLMConfig, GLMRetrieverModule, glm_encoder
+from glmrag.nn.glm import GLMEncoder
+from glmrag.nn.glm_mpnet import MPNetGLMEncoder
+from glmrag.nn.glm_retriever import GLMInputs
+
+MPNET_TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
+
+pytestmark = pytest.mark.usefixtures("glmrag_cache")
+
+
+def make_model(**glm) -> GLMRetrieverModule:
+    torch.manual_seed(0)
+    return GLMRetrieverModule(
+        glm={"backbone": "mpnet", "t5_config": MPNET_TINY, "tokenizer": DEFAULT_MODEL, **glm},
+        subgraph={"max_triplets": MAX_TRIPLETS},
+        lr={"head": 3e-3, "backbone": 3e-3},
+        optimizer=partial(torch.optim.AdamW),
+    )
+
+
+@pytest.fixture(scope="module")
+def fitted(index_config, cpu_trainer, tmp_path_factory):
+    """As test_glm_module's: validate on the training questions, train 5 epochs, validate again."""
+    L.seed_everything(0)
+    dm = make_dm(index_config, tmp_path_factory.mktemp("subgraphs"), val_split="train")
+    model = make_model()
+    trainer = cpu_trainer(max_epochs=5, default_root_dir=tmp_path_factory.mktemp("fit"))
+    before = trainer.validate(model, datamodule=dm, verbose=False)[0]
+    trainer.fit(model, datamodule=dm)
+    after = trainer.validate(model, datamodule=dm, verbose=False)[0]
+    return SimpleNamespace(dm=dm, model=model, trainer=trainer, before=before, after=after)
+
+
+def test_the_mpnet_glm_fits_its_training_questions(fitted):
+    assert isinstance(fitted.model.net.encoder, MPNetGLMEncoder)
+    assert fitted.after["val/loss"] < fitted.before["val/loss"] - 0.2
+    assert fitted.after["val/recall@2"] >= fitted.before["val/recall@2"] + 0.1
+
+
+def test_load_from_checkpoint_gives_the_same_logits(fitted, tmp_path):
+    path = tmp_path / "glm.ckpt"
+    fitted.trainer.save_checkpoint(path)
+    loaded = GLMRetrieverModule.load_from_checkpoint(path).eval()
+    assert loaded.hparams.glm["backbone"] == "mpnet" and isinstance(loaded.net.encoder, MPNetGLMEncoder)
+    inputs = GLMInputs.from_batch(next(iter(fitted.dm.val_dataloader())))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(inputs), fitted.model.eval()(inputs))
+
+
+def test_a_checkpoint_from_before_the_backbone_setting_loads_as_t5(tmp_path):
+    """Checkpoints saved before backbone / absolute_positions / frozen_layers existed: a T5, nothing frozen."""
+    torch.manual_seed(0)
+    model = GLMRetrieverModule(glm={"t5_config": T5_TINY, "tokenizer": DEFAULT_MODEL})
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.strategy.connect(model)
+    path = tmp_path / "old.ckpt"
+    trainer.save_checkpoint(path)
+    checkpoint = torch.load(path, weights_only=False)
+    for key in ("backbone", "absolute_positions", "frozen_layers"):
+        del checkpoint["hyper_parameters"]["glm"][key]
+    torch.save(checkpoint, path)
+    loaded = GLMRetrieverModule.load_from_checkpoint(path)
+    assert isinstance(loaded.net.encoder, GLMEncoder) and loaded.net.encoder.frozen_layers == 0
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], tensor)
+
+
+def test_the_backbone_is_read_from_a_saved_models_config(tmp_path):
+    MPNetModel(MPNetConfig(vocab_size=100, **MPNET_TINY), add_pooling_layer=False).save_pretrained(tmp_path / "mpnet")
+    T5EncoderModel(T5Config(vocab_size=100, **T5_TINY)).save_pretrained(tmp_path / "t5")
+    assert isinstance(glm_encoder(GLMConfig(t5=str(tmp_path / "mpnet"))), MPNetGLMEncoder)
+    assert isinstance(glm_encoder(GLMConfig(t5=str(tmp_path / "t5"))), GLMEncoder)
+    encoder = glm_encoder(GLMConfig(t5=str(tmp_path / "mpnet"), frozen_layers=1))
+    assert encoder.training and not encoder.mpnet.encoder.layer[0].training  # from_pretrained's eval mode undone
+    assert not any(p.requires_grad for p in encoder.mpnet.encoder.layer[0].parameters())
+
+
+def test_settings_that_do_not_fit_the_backbone_are_refused():
+    with pytest.raises(ValueError, match=r"\['d_model'\], which are not MPNetConfig fields"):
+        glm_encoder(GLMConfig(backbone="mpnet", t5_config={"d_model": 16}, tokenizer=DEFAULT_MODEL))
+    with pytest.raises(ValueError, match="absolute_positions is MPNet's"):
+        glm_encoder(GLMConfig(t5_config=T5_TINY, tokenizer=DEFAULT_MODEL, absolute_positions="constant"))
+    with pytest.raises(ValueError, match="glm.backbone must be one of"):
+        GLMConfig(backbone="bert")
+    with pytest.raises(ValueError, match="frozen_layers must be in"):
+        glm_encoder(GLMConfig(backbone="mpnet", t5_config=MPNET_TINY, tokenizer=DEFAULT_MODEL, frozen_layers=2))
