@@ -8,9 +8,9 @@
 #   OUT=/tmp/gpu_check bash benchmarks/gpu_check.sh            # on the GPU machine ($OUT: the device's folder)
 #   OUT=/tmp/gpu_check bash benchmarks/gpu_check.sh --dry-run  # the same steps, tiny, on the CPU (tests/test_gpu_check.py)
 #
-# $OUT then holds gnn.json, glm.json, glm_bf16_mixed.json, train_throughput.json, backend_check.json (each with
-# an `errors` list), summary.json (per step: exit code, wall seconds, whether it timed out, its errors) and
-# gpu_check.log (every step's output): 7 files, within the 8 a device call brings back.
+# $OUT then holds gnn.json, glm.json, glm_mpnet.json, glm_bf16_mixed.json, train_throughput.json, backend_check.json
+# (each with an `errors` list), summary.json (per step: exit code, wall seconds, whether it timed out, its errors)
+# and gpu_check.log (every step's output): 8 files, the most a device call brings back.
 set -u -o pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,7 +30,9 @@ export PYTHONUNBUFFERED=1
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
 MIXED_TOKENS=()
+MPNET_MODEL=mpnet-large
 if [ "$DRY" = 1 ]; then
+    MPNET_MODEL=mpnet-tiny
     SIZE=dry
     DEVICE=cpu
     export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
@@ -70,12 +72,14 @@ step() {
 }
 
 START="$(date +%s.%N)"
-# Limits: 45 + 230 + 90 + 110 + 45 = 520 s, and at most 3 s more each for a step that ignores SIGTERM.
+# Limits: 45 + 200 + 60 + 90 + 100 + 45 = 540 s, and at most 3 s more each for a step that ignores SIGTERM.
 step gnn 45 benchmarks/gpu_gnn.py
-step glm 230 benchmarks/gpu_glm.py
+step glm 200 benchmarks/gpu_glm.py
+# The MPNet-GLM (glmrag's offline backbone) at T5-large's width and depth, against plain MPNet.
+step glm_mpnet 60 benchmarks/gpu_glm.py --models "$MPNET_MODEL" --paths flex-global eager-global plain
 step glm_bf16_mixed 90 benchmarks/gpu_glm.py --dtype bf16-mixed --paths flex-global eager-global \
     --modes step step_ckpt ${MIXED_TOKENS[@]+"${MIXED_TOKENS[@]}"}
-step train_throughput 110 benchmarks/gpu_train_throughput.py
+step train_throughput 100 benchmarks/gpu_train_throughput.py
 step backend_check 45 benchmarks/gpu_glm.py --backend-check-only
 
 "$PY" - "$OUT" "$SIZE" "$START" "${RESULTS[@]}" <<'EOF'

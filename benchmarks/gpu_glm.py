@@ -31,6 +31,12 @@ build included, or FlexAttention falling back to its unfused path, which
 ``errors``, and the run goes on. Attention dropout is 0 everywhere (flex has
 none). The first flex cells include ``torch.compile`` time in their warm-up only.
 
+MPNet (``--models mpnet-base mpnet-large``, glmrag's offline GLM backbone, :mod:`glmrag.nn.glm_mpnet`): the
+GLM paths wrap a random ``MPNetModel`` in ``MPNetGLMEncoder`` (sentence absolute positions); ``plain`` is
+``MPNetModel`` with a position table of 8,194 rows so that it reads 6,600 tokens (MPNet has no SDPA path and
+no Hugging Face checkpointing: ``plain-sdpa`` is refused, ``plain`` x ``*_ckpt`` cells are "n/a").
+``mpnet-large`` has T5-large's width, depth and heads (1024, 24, 16); ``mpnet-tiny`` is for dry runs.
+
 Precision (``--dtype``): ``bf16`` (weights and states in bf16), ``fp32``, or
 ``bf16-mixed``, what ``trainer=gpu`` (``configs/trainer/gpu.yaml``) runs:
 float32 weights, the forward under ``torch.autocast(dtype=torch.bfloat16)``, the
@@ -92,7 +98,7 @@ import torch
 import transformers
 from gpu_common import error_text, stop_on_sigterm
 from torch.nn.attention.flex_attention import BlockMask
-from transformers import T5Config, T5EncoderModel
+from transformers import MPNetConfig, MPNetModel, T5Config, T5EncoderModel
 
 from glmrag.graph.levi import GRAPH_GLOBAL, SAME_TRIPLE, TEXT_TO_TEXT, LeviLayout, graph_positions, layout_subgraph
 from glmrag.graph.subgraph import select_subgraph
@@ -100,7 +106,8 @@ from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
 from glmrag.index.synthetic import random_kg
 from glmrag.io import atomic_write_text
 from glmrag.nn.flex_attention import cpu_flex_backward, eager_graph_attention, flex_graph_attention, graph_block_mask
-from glmrag.nn.glm import NUM_EXTRA_BUCKETS, GLMEncoder, GraphAttentionBias, register_glm_attention
+from glmrag.nn.glm import NUM_EXTRA_BUCKETS, GLMEncoder, GraphAttentionBias, GraphEncoder, register_glm_attention
+from glmrag.nn.glm_mpnet import MPNetGLMEncoder
 
 CONFIGS = {  # T5 (v1) encoder sizes
     "t5-small": {"d_model": 512, "d_ff": 2048, "num_layers": 6, "num_heads": 8, "d_kv": 64},
@@ -108,6 +115,14 @@ CONFIGS = {  # T5 (v1) encoder sizes
     "t5-large": {"d_model": 1024, "d_ff": 4096, "num_layers": 24, "num_heads": 16, "d_kv": 64},
     "tiny": {"d_model": 64, "d_ff": 128, "num_layers": 2, "num_heads": 4, "d_kv": 16},
 }
+MPNET_CONFIGS = {  # MPNet encoder sizes: all-mpnet-base-v2's, one of T5-large's width and depth, and a dry-run one
+    "mpnet-base": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072},
+    "mpnet-large": {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 4096},
+    "mpnet-tiny": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128},
+}
+"""The MPNet-GLM (glmrag.nn.glm_mpnet) at these sizes; its plain reference reads text positions up to
+:data:`MPNET_MAX_TOKENS` (a random position table that long; all-mpnet-base-v2's own holds 512)."""
+MPNET_MAX_TOKENS = 8192
 VOCAB = 32128  # T5's; the MiniLM ids of the real graphs (< 30,522) fit
 TOKENS_PER_TRIPLET = 5.5
 NUM_BUCKETS = 32 + NUM_EXTRA_BUCKETS  # T5's relative position buckets + the GLM's extra ones
@@ -210,6 +225,8 @@ def build_models(
     are assigned that encoder's tensors (same storage, so the weights are on the device once). With
     ``errors``, a path that fails to build is left out and its error is recorded there; without, it raises.
     """
+    if name in MPNET_CONFIGS:
+        return build_mpnet_models(name, paths, device, dtype, errors)
     config = T5Config(vocab_size=VOCAB, dropout_rate=0.0, feed_forward_proj="relu", **CONFIGS[name])
     with torch.device(device):
         t5 = T5EncoderModel._from_config(config, attn_implementation=register_glm_attention(), dtype=dtype)
@@ -237,6 +254,40 @@ def build_path(
         return plain.to(device=device, dtype=dtype)
     backend, attention = path.split("-")
     return GLMEncoder(t5, attention=attention, backend=backend).to(device=device, dtype=dtype)
+
+
+def build_mpnet_models(
+    name: str, paths: list[str], device: torch.device, dtype: torch.dtype, errors: dict[str, str] | None = None
+) -> dict[str, torch.nn.Module]:
+    """:func:`build_models` for an MPNet size: the GLM paths wrap one ``MPNetModel``; ``plain`` is a Hugging Face
+    ``MPNetModel`` (eager: MPNet has no SDPA path) over the same tensors; ``plain-sdpa`` is refused."""
+    config = MPNetConfig(
+        vocab_size=VOCAB,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        max_position_embeddings=MPNET_MAX_TOKENS + 2,
+        **MPNET_CONFIGS[name],
+    )
+    with torch.device(device):
+        base = MPNetModel(config, add_pooling_layer=False).to(dtype=dtype)
+    models: dict[str, torch.nn.Module] = {}
+    for path in paths:
+        try:
+            if path == "plain-sdpa":
+                raise ValueError("MPNet has no SDPA attention in transformers: use path plain")
+            if path == "plain":
+                with torch.device(device):
+                    plain = MPNetModel(copy.deepcopy(config), add_pooling_layer=False).to(dtype=dtype)
+                plain.load_state_dict(base.state_dict(), assign=True)
+                models[path] = plain
+                continue
+            backend, attention = path.split("-")
+            models[path] = MPNetGLMEncoder(base, attention=attention, backend=backend).to(device=device, dtype=dtype)
+        except Exception as err:
+            if errors is None:
+                raise
+            errors[path] = error_text(err)
+    return models
 
 
 def skipped_blocks(block_mask: BlockMask) -> float:
@@ -304,6 +355,13 @@ def t5_of(model: torch.nn.Module) -> T5EncoderModel:
 
 def set_checkpointing(model: torch.nn.Module, enabled: bool) -> None:
     """Activation checkpointing as training uses it (GLMEncoder picks reentrant checkpointing for flex)."""
+    if isinstance(model, MPNetGLMEncoder):
+        model.gradient_checkpointing = enabled
+        return
+    if isinstance(model, MPNetModel):
+        if enabled:
+            raise ValueError("Hugging Face MPNetModel has no gradient checkpointing")
+        return
     t5 = t5_of(model)
     if enabled and isinstance(model, GLMEncoder):
         model.enable_gradient_checkpointing()
@@ -315,7 +373,7 @@ def set_checkpointing(model: torch.nn.Module, enabled: bool) -> None:
 
 def encode(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     """Token states from a GLM (graph inputs) or a plain T5 (the same ids, text positions). Shapes: -> (B, L, d)."""
-    if isinstance(model, GLMEncoder):
+    if isinstance(model, GraphEncoder):
         return model(**inputs)
     return model(input_ids=inputs["input_ids"], attention_mask=inputs["token_mask"]).last_hidden_state
 
@@ -488,7 +546,7 @@ def markdown(cells: list[dict], modes: list[str]) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="full", choices=sorted(SIZES), help="preset; the flags below override it")
-    parser.add_argument("--models", nargs="+", choices=sorted(CONFIGS))
+    parser.add_argument("--models", nargs="+", choices=sorted(CONFIGS | MPNET_CONFIGS))
     parser.add_argument("--tokens", type=int, nargs="+", help="synthetic lengths L")
     parser.add_argument("--real-graphs", action="store_true", help="real Levi graphs instead of --tokens")
     parser.add_argument("--triplets", type=int, nargs="+", help="budgets (--real-graphs)")
@@ -568,7 +626,8 @@ def main(argv: list[str] | None = None) -> dict:
         if args.backend_check:
             check = result["backend_check"] = {}
             try:
-                heads = CONFIGS[args.models[0]]["num_heads"]
+                name = args.models[0]
+                heads = CONFIGS[name]["num_heads"] if name in CONFIGS else MPNET_CONFIGS[name]["num_attention_heads"]
                 backend_check(device, dtype, heads, length=96 if args.size == "dry" else 300, report=check)
             except Exception as err:  # a failed compile is a result too
                 check |= {"ok": False, "error": error_text(err)}
@@ -631,7 +690,10 @@ def main(argv: list[str] | None = None) -> dict:
                         make = functools.partial(cell_step, model, mode, inputs, autocast)
                         cell = {"model": name, "tokens": graph.tokens, "triplets": graph.triplets}
                         cell |= {"path": path, "mode": mode}
-                        cell |= run_cell(make, device, args.warmup, args.repeats)
+                        if isinstance(model, MPNetModel) and "ckpt" in mode:  # nothing to compare: no such mode
+                            cell |= {"status": "n/a", "why": "Hugging Face MPNetModel has no gradient checkpointing"}
+                        else:
+                            cell |= run_cell(make, device, args.warmup, args.repeats)
                         result["cells"].append(cell)
                         print(json.dumps({k: v for k, v in cell.items() if k != "ms_all"}), flush=True)
                         if cell["status"] == "error":

