@@ -29,7 +29,7 @@ TINY_GLM = [
 ]
 
 TINY_MPNET_GLM = [
-    *TINY_GLM,
+    *(o for o in TINY_GLM if not o.startswith("model.glm.t5_config")),
     "model.glm.t5_config={hidden_size: 16, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 32}",
     "model.glm.frozen_layers=1",
 ]
