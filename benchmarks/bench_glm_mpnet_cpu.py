@@ -54,14 +54,17 @@ def batch_of(triplets: int, batch: int) -> dict[str, torch.Tensor]:
     }
 
 
-def median_seconds(step: Callable[[], None], repeats: int) -> float:
-    step()  # warm-up
-    times = []
+def alternating_medians(steps: dict[str, Callable[[], None]], repeats: int) -> dict[str, float]:
+    """Median seconds of each step over ``repeats`` rounds (one warm-up each), the steps alternating in each round."""
+    for step in steps.values():
+        step()  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def freeze(model: MPNetModel, layers: int) -> None:
@@ -118,9 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
         freeze(reference, frozen)
         glm = MPNetGLMEncoder(copy.deepcopy(plain)).train(training)
         glm.freeze_bottom(frozen)
-        seconds = {}
-        for path, model, is_glm in (("glm", glm, True), ("plain", reference, False)):
-            seconds[path] = median_seconds(make(model, is_glm), args.repeats)
+        seconds = alternating_medians({"glm": make(glm, True), "plain": make(reference, False)}, args.repeats)
         rows.append({"step": name, **seconds, "ratio": seconds["glm"] / seconds["plain"]})
 
     report = {
