@@ -53,7 +53,9 @@ KEY_SETTINGS = (
     "model.gnn.num_layers",
     "model.gnn.use_node_features",
     "model.glm.t5",
-    "model.glm.t5_config",  # when set, a random T5 of these fields replaces model.glm.t5
+    "model.glm.t5_config",  # when set, a random T5 (or MPNet) of these fields replaces model.glm.t5
+    "model.glm.backbone",
+    "model.glm.frozen_layers",
     "model.subgraph.max_hops",
     "model.subgraph.max_triplets",
     "model.subgraph.layout",
