@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 from stand_ins import HashEncoder
 
+from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
 from glmrag.nn.graph_inputs import GraphInputs, graph_inputs
 
 
@@ -33,3 +35,9 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """The offline MiniLM (BERT uncased) tokenizer the GLM tests lay their graphs out with."""
+    return transformers.AutoTokenizer.from_pretrained(resolve_model_path(DEFAULT_MODEL))

@@ -3,12 +3,10 @@ import copy
 import numpy as np
 import pytest
 import torch
-import transformers
 from transformers import T5Config, T5EncoderModel
 
 from glmrag.graph.levi import encode_triples, linearise, linearise_subgraph, with_positions
 from glmrag.graph.subgraph import Subgraph
-from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
 from glmrag.nn.flex_attention import cpu_flex_backward
 from glmrag.nn.glm import ATTENTION_NAME, GLMEncoder, graph_buckets
 
@@ -17,11 +15,6 @@ CHAIN = [
     ("honolulu", "is located in", "hawaii"),
     ("hawaii", "is a state of", "united states of america"),
 ]
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return transformers.AutoTokenizer.from_pretrained(resolve_model_path(DEFAULT_MODEL))
 
 
 @pytest.fixture(scope="module")

@@ -8,26 +8,16 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from test_glm import CHAIN, encode, run_glm
 from transformers import MPNetConfig, MPNetModel
 from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 from transformers.models.t5.modeling_t5 import T5Attention
 
 from glmrag.graph.levi import encode_triples, linearise, linearise_subgraph, with_positions
 from glmrag.graph.subgraph import Subgraph
-from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
+from glmrag.index.embed import resolve_model_path
 from glmrag.nn.flex_attention import cpu_flex_backward
 from glmrag.nn.glm_mpnet import MPNetGLMEncoder, absolute_positions
-
-CHAIN = [
-    ("barack obama", "was born in", "honolulu"),
-    ("honolulu", "is located in", "hawaii"),
-    ("hawaii", "is a state of", "united states of america"),
-]
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return transformers.AutoTokenizer.from_pretrained(resolve_model_path(DEFAULT_MODEL))
 
 
 @pytest.fixture(scope="module")
@@ -51,26 +41,6 @@ def mpnet(tok):
 
 def glm_of(mpnet, **kwargs) -> MPNetGLMEncoder:
     return MPNetGLMEncoder(copy.deepcopy(mpnet), **kwargs).eval()
-
-
-def encode(glm, graphs) -> torch.Tensor:
-    """Pad Levi graphs into one batch and encode it. Shapes: -> (B, L, d)."""
-    n = max(len(g.input_ids) for g in graphs)
-    ids = torch.zeros(len(graphs), n, dtype=torch.long)
-    mask = torch.zeros(len(graphs), n, dtype=torch.bool)
-    position = torch.zeros(len(graphs), n, n, dtype=torch.int32)
-    kind = torch.zeros(len(graphs), n, n, dtype=torch.int8)
-    for row, g in enumerate(graphs):
-        m = len(g.input_ids)
-        ids[row, :m], mask[row, :m] = torch.from_numpy(g.input_ids), True
-        position[row, :m, :m] = torch.from_numpy(g.relative_position)
-        kind[row, :m, :m] = torch.from_numpy(g.kind)
-    return glm(ids, mask, position, kind)
-
-
-def run_glm(glm, graphs) -> torch.Tensor:
-    with torch.no_grad():
-        return encode(glm, graphs)
 
 
 def hf(mpnet, ids: np.ndarray) -> torch.Tensor:
