@@ -15,6 +15,7 @@ float32, else the dense-bias reference; ``flex`` is :mod:`glmrag.nn.flex_attenti
 
 from __future__ import annotations
 
+import abc
 import copy
 
 import torch
@@ -115,7 +116,7 @@ def graph_buckets(
     return torch.where(positioned, text, num_buckets + kind.long() - 1).to(torch.int8)
 
 
-class GraphEncoder(nn.Module):
+class GraphEncoder(nn.Module, metaclass=abc.ABCMeta):
     """What every GLM backbone shares: the three extra buckets, the :class:`GraphAttentionBias` and its kernels.
 
     A backbone names its shared relative-position table (:attr:`position_table`), its bucketing
@@ -145,27 +146,27 @@ class GraphEncoder(nn.Module):
         self.extra_bias = nn.Parameter(table[-1:].detach().clone().repeat(NUM_EXTRA_BUCKETS, 1))  # (3, H)
 
     @property
-    def position_table(self) -> nn.Embedding:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def position_table(self) -> nn.Embedding: ...
 
     @property
-    def num_buckets(self) -> int:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def num_buckets(self) -> int: ...
 
     @property
-    def max_distance(self) -> int:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def max_distance(self) -> int: ...
 
     @property
-    def d_model(self) -> int:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def d_model(self) -> int: ...
 
     @property
-    def attention_dropout(self) -> float:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def attention_dropout(self) -> float: ...
 
-    def bottom_modules(self) -> list[nn.Module]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def bottom_modules(self) -> list[nn.Module]: ...
 
     frozen_layers: int = 0
     """How many of the lowest layers :meth:`freeze_bottom` froze (with the token embeddings)."""
