@@ -174,9 +174,8 @@ class GraphEncoder(nn.Module, metaclass=abc.ABCMeta):
     def freeze_bottom(self, num_layers: int) -> None:
         """Freeze the token embeddings and the lowest ``num_layers`` layers (0: nothing).
 
-        Frozen layers run without gradients, without dropout and over the detached position table, so
-        backpropagation stops above them (the CPU recipe's saving); the table and the extra buckets still train
-        through the layers above.
+        Frozen layers run without gradients and without dropout, so backpropagation stops above them (the CPU
+        recipe's saving); the shared position table and the extra buckets still train through the layers above.
         """
         modules = self.bottom_modules()
         if not 0 <= num_layers < len(modules) - 1:
@@ -221,15 +220,9 @@ class GraphEncoder(nn.Module, metaclass=abc.ABCMeta):
         return GraphAttentionBias(bucket, table, allowed, token_mask.bool(), self.backend, dtype)
 
     def prepared_bias(
-        self,
-        token_mask: torch.Tensor,
-        relative_position: torch.Tensor,
-        kind: torch.Tensor,
-        device: torch.device,
-        frozen: bool = False,
+        self, token_mask: torch.Tensor, relative_position: torch.Tensor, kind: torch.Tensor, device: torch.device
     ) -> GraphAttentionBias:
-        """:meth:`attention_bias` in the compute dtype, with what the eager kernels read already gathered;
-        ``frozen``: over the detached table, for the frozen layers.
+        """:meth:`attention_bias` in the compute dtype, with what the eager kernels read already gathered.
 
         Gathered here, outside any block a checkpoint would recompute, and only the one :func:`attend` reads:
         the float32 SDPA mask for float32 states without attention dropout (eval, or dropout 0), else the dense
@@ -237,8 +230,6 @@ class GraphEncoder(nn.Module, metaclass=abc.ABCMeta):
         """
         dtype = self.compute_dtype(device)
         bias = self.attention_bias(token_mask, relative_position, kind, dtype)
-        if frozen:
-            bias.table = bias.table.detach()
         if self.backend == "eager":
             if dtype == torch.float32 and not (self.training and self.attention_dropout > 0):
                 bias.sdpa_mask()
@@ -246,34 +237,22 @@ class GraphEncoder(nn.Module, metaclass=abc.ABCMeta):
                 bias.dense_bias()
         return bias
 
-    def run_layers(
-        self, hidden: torch.Tensor, layers: list[nn.Module], biases: tuple[GraphAttentionBias, GraphAttentionBias]
-    ) -> torch.Tensor:
-        """Run ``layers`` (the encoder's, bottom up) as ``layer(hidden, None, bias)[0]``: the frozen ones
-        without gradients over ``biases[0]``, the others over ``biases[1]``.
+    def run_layers(self, hidden: torch.Tensor, layers: list[nn.Module], bias: GraphAttentionBias) -> torch.Tensor:
+        """Run ``layers`` (the encoder's, bottom up) as ``layer(hidden, None, bias)[0]``, the frozen ones without
+        gradients: one bias serves both, since what runs under ``no_grad`` records no use of the table.
 
         Shapes: **hidden** ``(B, L, d)`` -> ``(B, L, d)``.
         """
-        frozen, live = biases
         with torch.no_grad():
             for layer in layers[: self.frozen_layers]:
-                hidden = layer(hidden, None, frozen)[0]  # (B, L, d)
+                hidden = layer(hidden, None, bias)[0]  # (B, L, d)
         for layer in layers[self.frozen_layers :]:
-            hidden = self.checkpointed(layer)(hidden, None, live)[0]  # (B, L, d)
+            hidden = self.checkpointed(layer)(hidden, None, bias)[0]  # (B, L, d)
         return hidden
 
     def checkpointed(self, layer: nn.Module):
         """``layer`` itself; a backbone without Hugging Face's own checkpointing wraps it here."""
         return layer
-
-    def biases(
-        self, token_mask: torch.Tensor, relative_position: torch.Tensor, kind: torch.Tensor, device: torch.device
-    ) -> tuple[GraphAttentionBias, GraphAttentionBias]:
-        """The frozen layers' bias (detached table; the live one when nothing is frozen) and the live bias."""
-        live = self.prepared_bias(token_mask, relative_position, kind, device)
-        if not self.frozen_layers:
-            return live, live
-        return self.prepared_bias(token_mask, relative_position, kind, device, frozen=True), live
 
 
 class GLMEncoder(GraphEncoder):
@@ -364,8 +343,8 @@ class GLMEncoder(GraphEncoder):
         Shapes: **input_ids**, **token_mask** ``(B, L)``, **relative_position**, **kind** ``(B, L, L)``
         -> ``(B, L, d_model)``.
         """
-        biases = self.biases(token_mask, relative_position, kind, input_ids.device)
+        bias = self.prepared_bias(token_mask, relative_position, kind, input_ids.device)
         encoder = self.t5.encoder
         hidden = encoder.dropout(encoder.embed_tokens(input_ids))  # (B, L, d)
-        hidden = self.run_layers(hidden, list(encoder.block), biases)  # (B, L, d)
+        hidden = self.run_layers(hidden, list(encoder.block), bias)  # (B, L, d)
         return encoder.dropout(encoder.final_layer_norm(hidden))

@@ -175,8 +175,8 @@ class MPNetGLMEncoder(GraphEncoder):
         Shapes: **input_ids**, **token_mask** ``(B, L)``, **relative_position**, **kind** ``(B, L, L)``
         -> ``(B, L, hidden_size)``.
         """
-        biases = self.biases(token_mask, relative_position, kind, input_ids.device)
+        bias = self.prepared_bias(token_mask, relative_position, kind, input_ids.device)
         position_ids = self.position_ids(relative_position, kind, token_mask.bool())  # (B, L)
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen_layers):
             hidden = self.mpnet.embeddings(input_ids=input_ids, position_ids=position_ids)  # (B, L, d)
-        return self.run_layers(hidden, list(self.mpnet.encoder.layer), biases)  # (B, L, d)
+        return self.run_layers(hidden, list(self.mpnet.encoder.layer), bias)  # (B, L, d)

@@ -59,9 +59,14 @@ def fitted(index_config, cpu_trainer, cache, tmp_path_factory):
     Validating on the training split measures whether the model learns at all (14 questions generalise to
     nothing); the learning rate is 6x GLM-RAG's head lr so that 20 steps make a difference.
     """
+    return fit_on_training_questions(make_model, index_config, cpu_trainer, cache, tmp_path_factory)
+
+
+def fit_on_training_questions(make, index_config, cpu_trainer, cache, tmp_path_factory) -> SimpleNamespace:
+    """Seed, build ``make()``, validate it on its training questions, train 5 epochs, validate again."""
     L.seed_everything(0)
     dm = make_dm(index_config, cache, val_split="train")
-    model = make_model()
+    model = make()
     trainer = cpu_trainer(max_epochs=5, default_root_dir=tmp_path_factory.mktemp("fit"))
     before = trainer.validate(model, datamodule=dm, verbose=False)[0]
     trainer.fit(model, datamodule=dm)

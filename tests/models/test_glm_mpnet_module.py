@@ -4,12 +4,11 @@ the backbone is read from a saved model's config, and checkpoints from before th
 from __future__ import annotations
 
 from functools import partial
-from types import SimpleNamespace
 
 import lightning as L
 import pytest
 import torch
-from test_glm_module import MAX_TRIPLETS, T5_TINY, make_dm
+from test_glm_module import MAX_TRIPLETS, T5_TINY, fit_on_training_questions
 from transformers import MPNetConfig, MPNetModel, T5Config, T5EncoderModel
 
 from glmrag.index.embed import DEFAULT_MODEL
@@ -36,14 +35,8 @@ def make_model(**glm) -> GLMRetrieverModule:
 @pytest.fixture(scope="module")
 def fitted(index_config, cpu_trainer, tmp_path_factory):
     """As test_glm_module's: validate on the training questions, train 5 epochs, validate again."""
-    L.seed_everything(0)
-    dm = make_dm(index_config, tmp_path_factory.mktemp("subgraphs"), val_split="train")
-    model = make_model()
-    trainer = cpu_trainer(max_epochs=5, default_root_dir=tmp_path_factory.mktemp("fit"))
-    before = trainer.validate(model, datamodule=dm, verbose=False)[0]
-    trainer.fit(model, datamodule=dm)
-    after = trainer.validate(model, datamodule=dm, verbose=False)[0]
-    return SimpleNamespace(dm=dm, model=model, trainer=trainer, before=before, after=after)
+    cache = tmp_path_factory.mktemp("subgraphs")
+    return fit_on_training_questions(make_model, index_config, cpu_trainer, cache, tmp_path_factory)
 
 
 def test_the_mpnet_glm_fits_its_training_questions(fitted):

@@ -189,8 +189,12 @@ def test_frozen_layers_get_no_gradient_and_change_no_output(tok, mpnet):
     frozen.freeze_bottom(2)
     torch.testing.assert_close(run_glm(frozen, graphs), run_glm(glm_of(mpnet), graphs))
     frozen.train()
-    encode(frozen, graphs).pow(2).sum().backward()
     layers = frozen.mpnet.encoder.layer
+    tracked = []  # backpropagation stops above the frozen layers: their outputs record no graph
+    for layer in layers:
+        layer.register_forward_hook(lambda module, args, out: tracked.append(out[0].requires_grad))
+    encode(frozen, graphs).pow(2).sum().backward()
+    assert tracked == [False, False, True]
     assert frozen.mpnet.embeddings.word_embeddings.weight.grad is None
     assert layers[1].attention.attn.q.weight.grad is None and layers[2].attention.attn.q.weight.grad is not None
     assert frozen.position_table.weight.grad.abs().sum() > 0 and frozen.extra_bias.grad.abs().sum() > 0
