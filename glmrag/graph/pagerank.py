@@ -37,6 +37,18 @@ def transition(weights: sp.spmatrix) -> tuple[sp.csr_matrix, np.ndarray]:
     return (sp.diags(inv) @ weights).T.tocsr(), out <= 0
 
 
+def undirected_weights(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, num_nodes: int) -> sp.csr_matrix:
+    """``W = A + A^T`` for the weighted edges ``A[src, dst] += weight``: the walk of an undirected multigraph.
+
+    Parallel edges add up, and a self-loop weighs twice in its row (it is both ends of one edge), which is how
+    ``igraph``'s undirected ``personalized_pagerank`` (HippoRAG's solver) reads one.
+
+    Shapes: ``src``, ``dst``, ``weight`` (M,) -> (N, N) csr.
+    """
+    one_way = sp.csr_matrix((np.asarray(weight, dtype=np.float64), (src, dst)), shape=(num_nodes, num_nodes))
+    return (one_way + one_way.T).tocsr()
+
+
 def iterations_for(damping: float, tol: float) -> int:
     """Power iterations after which every column is within ``tol`` (L1) of its PageRank.
 

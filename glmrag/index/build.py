@@ -28,7 +28,7 @@ from glmrag.index.kg import SYNONYM_RELATION, KGIndex
 from glmrag.index.normalize import alnum_count, normalize_phrase
 from glmrag.index.resolve import link_mentions, question_mentions, synonym_pairs
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """Version of the index layout; bump it when the meaning or files of an index change."""
 
 
@@ -126,6 +126,19 @@ def _entity_passages(per_passage, entity_id: dict[str, int], n_passages: int) ->
     return sp.csr_matrix((data, (rows, cols)), shape=(len(entity_id), n_passages))
 
 
+def _passage_facts(per_passage, entity_id, relation_id, triples: np.ndarray) -> sp.csr_matrix:
+    """(P, T) counts: how often passage p states the normalised fact ``triples[t]`` (HippoRAG's docs -> facts).
+
+    HippoRAG weighs a graph edge by these occurrences and scores a passage by its distinct facts
+    (``passage_facts > 0``), so both are kept.
+    """
+    row_of = {tuple(t): i for i, t in enumerate(triples.tolist())}
+    rows = [p for p, (_, facts) in enumerate(per_passage) for _ in facts]
+    cols = [row_of[(entity_id[h], relation_id[r], entity_id[t])] for _, facts in per_passage for h, r, t in facts]
+    data = np.ones(len(rows), dtype=np.float32)  # duplicates summed into counts by the constructor
+    return sp.csr_matrix((data, (rows, cols)), shape=(len(per_passage), len(triples)))
+
+
 def number_groups(entities: Sequence[str]) -> np.ndarray:
     """(E,) int64 group id per entity: equal ids iff the entities contain the same digit runs (as a multiset)."""
     ids: dict[tuple[str, ...], int] = {}
@@ -208,6 +221,7 @@ def build_index(
     timings["total"] = time.perf_counter() - t0
 
     entity_passages = _entity_passages(per_passage, entity_id, len(corpus))
+    passage_facts = _passage_facts(per_passage, entity_id, relation_id, triples)
     counts = {
         "entities": len(entities),
         "relations": len(relations),
@@ -231,7 +245,9 @@ def build_index(
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
     )
-    return KGIndex(entities, relations, triples, corpus.ids, entity_passages, emb, question_links, manifest)
+    return KGIndex(
+        entities, relations, triples, corpus.ids, entity_passages, emb, question_links, manifest, passage_facts
+    )
 
 
 def supporting_entities(index: KGIndex, question: Question) -> list[int]:

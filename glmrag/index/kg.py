@@ -67,6 +67,10 @@ class KGIndex:
     """Question id -> linked question entities (the seeds of graph retrievers)."""
     manifest: dict = field(default_factory=dict)
     """What built this index (format version, dataset hash, extractor, settings, counts)."""
+    passage_facts: sp.csr_matrix | None = None
+    """(P, T) counts: how many times passage p states the fact ``triples[t]`` (after normalisation, so "works
+    at" and "works at!" are one fact stated twice); synonym rows belong to no passage. None for an index that was not built from
+    per-passage extractions (a GFM-RAG import, a synthetic graph): HippoRAG's passage scores need it."""
 
     def __post_init__(self) -> None:
         self.triples = np.asarray(self.triples, dtype=np.int64).reshape(-1, 3)
@@ -77,6 +81,13 @@ class KGIndex:
                 f"entity_passages has shape {(n_e, n_p)}, expected "
                 f"({len(self.entities)}, {len(self.passage_ids)}) = (entities, passages)"
             )
+        if self.passage_facts is not None:
+            self.passage_facts = sp.csr_matrix(self.passage_facts, dtype=np.float32)
+            if self.passage_facts.shape != (n_p, len(self.triples)):
+                raise ValueError(
+                    f"passage_facts has shape {self.passage_facts.shape}, expected "
+                    f"({n_p}, {len(self.triples)}) = (passages, triples)"
+                )
         if len(self.triples) and (
             self.triples[:, [0, 2]].max() >= n_e or self.triples[:, 1].max() >= len(self.relations)
         ):

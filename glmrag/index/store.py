@@ -96,6 +96,14 @@ def _files_of(index: KGIndex) -> dict[str, bytes]:
             for qid, links in index.question_links.items()
         ).encode(),
     }
+    if index.passage_facts is not None:
+        pf = index.passage_facts
+        files["passage_facts.npz"] = _npz(
+            indptr=pf.indptr.astype(np.int64),
+            indices=pf.indices.astype(np.int64),
+            data=pf.data.astype(np.float32),
+            shape=np.array(pf.shape, dtype=np.int64),
+        )
     if index.entity_embeddings is not None:
         files["entity_embeddings.npy"] = _npy(np.asarray(index.entity_embeddings, dtype=np.float32))
     return files
@@ -118,6 +126,8 @@ def save_index(index: KGIndex, folder: str | Path) -> Path:
                                reversed edges typed relation + R (``inverse_<r>``), see kg.Adjacency
         entity_passages.npz    CSR of the (E, P) binary map: indptr, indices, shape
         entity_embeddings.npy  (E, d) float32, only when the index has embeddings
+        passage_facts.npz      CSR of the (P, T) passage -> fact counts (indptr, indices, data, shape), only when
+                               built from extractions
         question_links.jsonl   {"question_id", "links": [{"mention", "entity", "score"}]} per line
     """
     folder = Path(folder)
@@ -131,6 +141,7 @@ def save_index(index: KGIndex, folder: str | Path) -> Path:
         manifest = dict(index.manifest) | {
             "format_version": FORMAT_VERSION,
             "embeddings": "entity_embeddings.npy" in files,
+            "passage_facts": "passage_facts.npz" in files,
             "files": {name: _sha(data) for name, data in files.items()},
         }
         _write(tmp / MANIFEST, json.dumps(manifest, ensure_ascii=False, indent=1).encode())
@@ -162,10 +173,11 @@ BASE_FILES = frozenset(
         "question_links.jsonl",
     }
 )
-"""Files every index holds (see the layout above); ``entity_embeddings.npy`` too when it has an embed_model."""
+"""Files every index holds (see the layout above); ``entity_embeddings.npy`` too when it has an embed_model,
+``passage_facts.npz`` when it was built from per-passage extractions."""
 
 
-SAVED_ONLY_KEYS = ("files", "embeddings")
+SAVED_ONLY_KEYS = ("files", "embeddings", "passage_facts")
 """Manifest keys that only a saved index carries (written by :func:`save_index`): a freshly built index and
 the same index loaded back differ only in them."""
 
@@ -184,7 +196,8 @@ def required_files(manifest: dict) -> set[str]:
     """
     settings = manifest.get("settings") if isinstance(manifest.get("settings"), dict) else {}
     embeddings = manifest.get("embeddings", bool(settings.get("embed_model")))
-    return set(BASE_FILES) | ({"entity_embeddings.npy"} if embeddings else set())
+    optional = {"entity_embeddings.npy": embeddings, "passage_facts.npz": manifest.get("passage_facts", False)}
+    return set(BASE_FILES) | {name for name, present in optional.items() if present}
 
 
 def _differences(manifest: dict, expect: dict) -> list[str]:
@@ -270,11 +283,11 @@ def _decode(data: dict[str, bytes], manifest: dict) -> KGIndex:
         with np.load(io.BytesIO(data[name]), allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
 
-    ep = npz("entity_passages.npz")
-    n_rows, n_cols = (int(x) for x in ep["shape"])
-    entity_passages = sp.csr_matrix(
-        (np.ones(len(ep["indices"]), dtype=np.float32), ep["indices"], ep["indptr"]), shape=(n_rows, n_cols)
-    )
+    def csr(name: str) -> sp.csr_matrix:
+        m = npz(name)
+        data = m["data"] if "data" in m else np.ones(len(m["indices"]), dtype=np.float32)  # binary maps store none
+        return sp.csr_matrix((data, m["indices"], m["indptr"]), shape=tuple(int(x) for x in m["shape"]))
+
     links = {}
     for line in data["question_links.jsonl"].decode().splitlines():
         row = json.loads(line)
@@ -286,10 +299,11 @@ def _decode(data: dict[str, bytes], manifest: dict) -> KGIndex:
         relations=json.loads(data["relations.json"]),
         triples=npy("triples.npy"),
         passage_ids=json.loads(data["passage_ids.json"]),
-        entity_passages=entity_passages,
+        entity_passages=csr("entity_passages.npz"),
         entity_embeddings=npy("entity_embeddings.npy") if "entity_embeddings.npy" in data else None,
         question_links=links,
         manifest=manifest,
+        passage_facts=csr("passage_facts.npz") if "passage_facts.npz" in data else None,
     )
     adj = npz("adjacency.npz")
     adjacency = Adjacency(adj["indptr"], adj["neighbor"], adj["edge_type"], adj["triple"])

@@ -104,6 +104,31 @@ def test_passage_entity_map_has_extracted_entities_and_triple_endpoints(index):
     assert supporting_entities(index, Q2) == []
 
 
+def test_passage_fact_map_counts_each_passages_normalised_facts(index):
+    facts = lambda pid: {  # noqa: E731
+        tuple(index.entities[h] if i != 1 else index.relations[h] for i, h in enumerate(index.triples[t]))
+        for t in index.passage_facts[index.passage_position[pid]].indices
+    }
+    # P1 states "works at" twice (once as "Stanford University!"): one fact, stated twice
+    assert facts(P1.id) == {
+        ("thomas sudhof", "works at", "stanford university"),
+        ("thomas sudhof", "professor at", "stanford university"),
+    }
+    assert facts(P2.id) == {("stanford univ", "located in", "california")}
+    assert facts(P3.id) == {("banana", "is a", "fruit")}  # the "?" relation normalises to nothing: dropped
+    assert index.passage_facts.shape == (len(CORPUS), len(index.triples))
+    works_at = (
+        index.entity_id["thomas sudhof"],
+        index.relations.index("works at"),
+        index.entity_id["stanford university"],
+    )
+    row = next(t for t, triple in enumerate(index.triples.tolist()) if tuple(triple) == works_at)
+    assert index.passage_facts[index.passage_position[P1.id], row] == 2.0
+    assert index.passage_facts.sum() == 5.0  # the 6 raw triples less the one whose relation normalises to ""
+    synonym = index.relations.index(SYNONYM_RELATION)
+    assert index.passage_facts[:, np.flatnonzero(index.triples[:, 1] == synonym)].nnz == 0
+
+
 def test_question_links(index):
     links = index.question_links["q1"]
     assert [index.entities[link.entity] for link in links][:1] == ["thomas sudhof"]

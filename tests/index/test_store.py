@@ -13,7 +13,7 @@ from glmrag.index.kg import EntityLink, KGIndex
 from glmrag.index.store import StaleIndexError, load_index, load_or_build, read_manifest, save_index
 
 
-def _index(with_embeddings: bool = True) -> KGIndex:
+def _index(with_embeddings: bool = True, with_facts: bool = True) -> KGIndex:
     rng = np.random.default_rng(0)
     emb = rng.normal(size=(4, 8)).astype(np.float32) if with_embeddings else None
     ep = sp.csr_matrix(np.array([[1, 0], [1, 1], [0, 1], [0, 1]], dtype=np.float32))
@@ -26,6 +26,7 @@ def _index(with_embeddings: bool = True) -> KGIndex:
         entity_embeddings=emb,
         question_links={"q1": [EntityLink("Pál", 0, 0.93), EntityLink("São Paulo", 1, 1.0)], "q2": []},
         manifest={"corpus_hash": "abc", "settings": {"synonym_top_k": 100}, "counts": {"entities": 4}},
+        passage_facts=sp.csr_matrix(np.array([[1, 2, 0], [0, 1, 0]], dtype=np.float32)) if with_facts else None,
     )
 
 
@@ -37,17 +38,20 @@ def _assert_same(a: KGIndex, b: KGIndex) -> None:
     if a.entity_embeddings is not None:
         assert np.array_equal(a.entity_embeddings, b.entity_embeddings)
     assert a.question_links == b.question_links
+    assert (a.passage_facts is None) == (b.passage_facts is None)
+    if a.passage_facts is not None:
+        assert (a.passage_facts != b.passage_facts).nnz == 0 and a.passage_facts.shape == b.passage_facts.shape
     for field in ("indptr", "neighbor", "edge_type", "triple"):
         assert np.array_equal(getattr(a.adjacency, field), getattr(b.adjacency, field))
-    drop = ("files", "format_version", "embeddings")
+    drop = ("files", "format_version", "embeddings", "passage_facts")
     assert {k: v for k, v in b.manifest.items() if k not in drop} == {
         k: v for k, v in a.manifest.items() if k not in drop
     }
 
 
-@pytest.mark.parametrize("with_embeddings", [True, False])
-def test_round_trip(tmp_path, with_embeddings):
-    index = _index(with_embeddings)
+@pytest.mark.parametrize("with_embeddings, with_facts", [(True, True), (False, True), (True, False)])
+def test_round_trip(tmp_path, with_embeddings, with_facts):
+    index = _index(with_embeddings, with_facts)
     folder = save_index(index, tmp_path / "idx")
     loaded = load_index(folder, expect={"corpus_hash": "abc"})
     _assert_same(index, loaded)
@@ -68,6 +72,7 @@ def test_files_are_open_formats(tmp_path):
         "adjacency.npz",
         "entity_passages.npz",
         "entity_embeddings.npy",
+        "passage_facts.npz",
         "question_links.jsonl",
     }
     assert json.loads((folder / "entities.json").read_text())[0] == "pál gábor"
