@@ -69,8 +69,8 @@ class KGIndex:
     """What built this index (format version, dataset hash, extractor, settings, counts)."""
     passage_facts: sp.csr_matrix | None = None
     """(P, T) counts: how many times passage p states the fact ``triples[t]`` (after normalisation, so "works
-    at" and "works at!" are one fact stated twice); synonym rows belong to no passage. None for an index that was not built from
-    per-passage extractions (a GFM-RAG import, a synthetic graph): HippoRAG's passage scores need it."""
+    at" and "works at!" are one fact stated twice); synonym rows belong to no passage. None for an index not
+    built from per-passage extractions (a GFM-RAG import, a synthetic graph): HippoRAG's scores need it."""
 
     def __post_init__(self) -> None:
         self.triples = np.asarray(self.triples, dtype=np.int64).reshape(-1, 3)
