@@ -50,7 +50,7 @@ TRIPLES = [[0, 0, 1], [0, 1, 1], [1, 0, 2], [2, 0, 2], [2, 0, 3], [4, 0, 3], [1,
 FACTS = np.array(
     [[2, 1, 0, 0, 0, 0, 0], [0, 0, 1, 1, 0, 0, 0], [0, 0, 0, 0, 1, 0, 0], [0, 0, 0, 0, 0, 1, 0]], dtype=np.float32
 )
-MENTIONS = {"q0": ["alpha", "alpha again"], "q1": ["gamma"], "q2": []}
+MENTIONS = {"q0": ["alpha", "alpha again"], "q1": ["gamma"], "q2": [], "q3": ["alpha", "alpha again", "gamma"]}
 
 
 def _index() -> KGIndex:
@@ -126,9 +126,9 @@ def test_a_synonym_replaces_the_fact_count_on_its_key():
 
 
 def test_synonyms_need_three_ascii_letters_or_digits():
-    assert ascii_alnum("pál") == 2 and ascii_alnum("a1b") == 3
+    assert ascii_alnum("pál") == 2 and ascii_alnum("a1b") == 3 and ascii_alnum("b2é") == 2
     index = _index()
-    index.entities[4] = "bé"  # fewer than 3 ASCII alphanumerics: no synonym key from it, beta's key stays
+    index.entities[4] = "b2é"  # 2 ASCII alphanumerics (< 3): no synonym key from it, beta's key stays
     weights = _expected_weights()
     weights[1, 4] = weights[4, 1] = 0.9  # one way only
     expected, _ = transition(sp.csr_matrix(weights))
@@ -141,7 +141,9 @@ def test_passages_are_scored_by_fact_mass_and_min_max_normalised():
     rankings = retriever.retrieve(QUESTIONS, index, None, top_k=4)
     restart, empty = retriever.restart(QUESTIONS, index)
     # q0: "alpha" and "alpha again" both link alpha: one weight, not two
-    assert restart[:, 0].tolist() == pytest.approx([1, 0, 0, 0, 0, 0]) and empty.tolist() == [False, False, True]
+    assert restart[:, 0].tolist() == pytest.approx([1, 0, 0, 0, 0, 0]) and empty.tolist() == [False, False, True, False]
+    # q3: alpha (specificity 1, linked twice) and gamma (1/2) -> 2/3 and 1/3; summing would give 0.8 and 0.2
+    assert restart[:, 3].tolist() == pytest.approx([2 / 3, 0, 1 / 3, 0, 0, 0])
     walk = Walk(*transition(sp.csr_matrix(_expected_weights())))
     ppr = personalized_pagerank(walk, restart[:, :1], 0.5, tol=1e-13)[:, 0]
     fact_scores = np.array([2 * (ppr[0] + ppr[1]), ppr[1] + 2 * ppr[2], ppr[2] + ppr[3], ppr[4] + ppr[3]])
@@ -159,7 +161,7 @@ def test_passages_are_scored_by_fact_mass_and_min_max_normalised():
 def test_a_question_without_a_linked_node_gets_uniform_scores_not_global_pagerank():
     retriever = _retriever()
     ranking = retriever.retrieve(QUESTIONS, _index(), None, top_k=4)[2]
-    assert retriever.fallbacks == 1
+    assert retriever.fallbacks == 1  # q2 of the four
     assert ranking.passage_ids == ["p0", "p1", "p2", "p3"] and ranking.passage_scores == [0.25] * 4
     ppr = PPRRetriever(tol=1e-13, dtype="float64")
     index = _index()
