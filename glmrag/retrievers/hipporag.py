@@ -77,11 +77,27 @@ def ascii_alnum(phrase: str) -> int:
     return sum(ch.isascii() and ch.isalnum() for ch in phrase)
 
 
-def hipporag_graph(index: KGIndex, threshold: float = SYNONYM_THRESHOLD, max_synonyms: int = SYNONYM_MAX) -> HippoGraph:
-    """Build HippoRAG's graph from the index's per-passage facts and entity embeddings."""
+@dataclass(frozen=True)
+class PhraseKeys:
+    """The phrase graph both HippoRAGs build from an index's facts, before the walk reads it."""
+
+    keys: sp.csr_matrix
+    """(E, E) directed keys: fact statements under ``(h, t)`` and ``(t, h)``, synonym cosines assigned over them,
+    no self-loops. igraph's undirected walk reads ``keys + keys.T``."""
+    nodes: np.ndarray
+    """(N,) int64 entity ids that are graph nodes (fact heads and tails), ascending."""
+    stated: np.ndarray
+    """(T',) rows of ``index.triples`` that some passage states (synonym rows are stated by none)."""
+    fact_phrases: sp.csr_matrix
+    """(T', E) binary: a stated fact's head and tail (one entry when they are equal)."""
+
+
+def phrase_keys(index: KGIndex, threshold: float, max_synonyms: int, method: str = "hipporag") -> PhraseKeys:
+    """HippoRAG's fact and synonym keys (``create_graph.py``; HippoRAG 2's ``add_fact_edges`` and
+    ``add_synonymy_edges`` compute the same) from the index's per-passage facts and entity embeddings."""
     if index.passage_facts is None or index.entity_embeddings is None:
         raise ValueError(
-            "retriever=hipporag needs an index built from per-passage extractions with entity embeddings "
+            f"retriever={method} needs an index built from per-passage extractions with entity embeddings "
             "(passage_facts and entity_embeddings); this one has "
             f"passage_facts={'yes' if index.passage_facts is not None else 'no'}, "
             f"embeddings={'yes' if index.entity_embeddings is not None else 'no'}: rebuild it with "
@@ -89,31 +105,33 @@ def hipporag_graph(index: KGIndex, threshold: float = SYNONYM_THRESHOLD, max_syn
         )
     n = index.num_entities
     occurrences = np.asarray(index.passage_facts.sum(axis=0)).ravel()  # (T,) times each fact is stated
-    facts = np.flatnonzero(occurrences > 0)  # extracted facts; synonym rows are stated by no passage
-    heads, tails, weight = index.triples[facts, 0], index.triples[facts, 2], occurrences[facts]
-    keys = sp.coo_matrix((np.concatenate([weight, weight]), (np.r_[heads, tails], np.r_[tails, heads])), (n, n))
-    keys = keys.tocsr().tolil()  # (E, E) HippoRAG's directed keys: (h, t) and (t, h) both count every statement
-    keys.setdiag(0.0)  # hipporag.py drops self-loops when it builds the igraph graph
+    stated = np.flatnonzero(occurrences > 0)
+    heads, tails, weight = index.triples[stated, 0], index.triples[stated, 2], occurrences[stated]
+    keys = sp.coo_matrix((np.r_[weight, weight], (np.r_[heads, tails], np.r_[tails, heads])), (n, n))
+    keys = keys.tocsr().tolil()  # (E, E): (h, t) and (t, h) both count every statement
+    keys.setdiag(0.0)  # self-loops are dropped when the igraph graph is built
     nodes = np.unique(np.r_[heads, tails])
     eligible = np.array([ascii_alnum(index.entities[e]) >= SYNONYM_MIN_ALNUM for e in nodes], dtype=bool)
     pairs, cosines = synonym_pairs(index.entity_embeddings[nodes], threshold, max_synonyms, eligible)
-    src, dst = nodes[pairs[:, 0]], nodes[pairs[:, 1]]
-    keys[src, dst] = cosines.astype(np.float64)  # assigned: the cosine replaces a fact count on that key
+    keys[nodes[pairs[:, 0]], nodes[pairs[:, 1]]] = cosines.astype(np.float64)  # assigned: replaces a fact count
     keys = keys.tocsr()
     keys.eliminate_zeros()
-    walk = Walk(*transition(keys + keys.T))  # igraph sums HippoRAG's parallel undirected edges
+    rows = np.arange(len(stated))
+    fact_phrases = sp.csr_matrix((np.ones(2 * len(stated)), (np.r_[rows, rows], np.r_[heads, tails])), (len(stated), n))
+    fact_phrases.data[:] = 1.0  # head == tail: one entry
+    return PhraseKeys(keys, nodes, stated, fact_phrases)
 
-    fact_phrases = sp.csr_matrix(  # (T', E) binary: a fact's head and tail (one entry when they are equal)
-        (np.ones(2 * len(facts)), (np.r_[np.arange(len(facts)), np.arange(len(facts))], np.r_[heads, tails])),
-        shape=(len(facts), n),
-    )
-    fact_phrases.data[:] = 1.0
-    stated = index.passage_facts[:, facts].copy()
+
+def hipporag_graph(index: KGIndex, threshold: float = SYNONYM_THRESHOLD, max_synonyms: int = SYNONYM_MAX) -> HippoGraph:
+    """Build HippoRAG's graph from the index's per-passage facts and entity embeddings."""
+    phrases = phrase_keys(index, threshold, max_synonyms)
+    walk = Walk(*transition(phrases.keys + phrases.keys.T))  # igraph sums HippoRAG's parallel undirected edges
+    stated = index.passage_facts[:, phrases.stated].copy()
     stated.data[:] = 1.0  # a fact a passage states twice scores once
-    passage_phrases = (stated @ fact_phrases).tocsr()  # (P, E)
+    passage_phrases = (stated @ phrases.fact_phrases).tocsr()  # (P, E)
     documents = np.asarray((passage_phrases > 0).sum(axis=0)).ravel()
     specificity = np.where(documents > 0, 1.0 / np.maximum(documents, 1), 1.0)
-    return HippoGraph(walk, nodes, passage_phrases, specificity)
+    return HippoGraph(walk, phrases.nodes, passage_phrases, specificity)
 
 
 class HippoRAGRetriever:

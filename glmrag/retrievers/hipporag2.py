@@ -54,9 +54,8 @@ from glmrag.graph.pagerank import Walk, personalized_pagerank, transition
 from glmrag.index.embed import Embedder, passage_matrix
 from glmrag.index.kg import KGIndex
 from glmrag.index.ranking import make_rankings, top_k_stable
-from glmrag.index.resolve import synonym_pairs
 from glmrag.retrievers.base import Ranking
-from glmrag.retrievers.hipporag import SYNONYM_MIN_ALNUM, TOLERANCE, ascii_alnum
+from glmrag.retrievers.hipporag import TOLERANCE, phrase_keys
 
 log = logging.getLogger(__name__)
 
@@ -102,30 +101,9 @@ def hipporag2_graph(
     index: KGIndex, threshold: float = SYNONYM_THRESHOLD, max_synonyms: int = SYNONYM_MAX
 ) -> Hippo2Graph:
     """Build HippoRAG 2's phrase + passage graph from the index's per-passage facts and entity embeddings."""
-    if index.passage_facts is None or index.entity_embeddings is None:
-        raise ValueError(
-            "retriever=hipporag2 needs an index built from per-passage extractions with entity embeddings "
-            "(passage_facts and entity_embeddings); this one has "
-            f"passage_facts={'yes' if index.passage_facts is not None else 'no'}, "
-            f"embeddings={'yes' if index.entity_embeddings is not None else 'no'}: rebuild it with "
-            "glmrag.index.build.build_index (a GFM-RAG import or a synthetic graph has no passage facts)"
-        )
-    n, p = index.num_entities, index.num_passages
-    occurrences = np.asarray(index.passage_facts.sum(axis=0)).ravel()  # (T,) statements of each triple
-    stated = np.flatnonzero(occurrences > 0)  # synonym rows are stated by no passage
-    heads, tails, weight = index.triples[stated, 0], index.triples[stated, 2], occurrences[stated]
-    keys = sp.coo_matrix((np.r_[weight, weight], (np.r_[heads, tails], np.r_[tails, heads])), (n, n))
-    keys = keys.tocsr().tolil()  # (E, E) directed keys, as node_to_node_stats
-    keys.setdiag(0.0)  # add_new_edges skips self-loops
-    nodes = np.unique(np.r_[heads, tails])
-    eligible = np.array([ascii_alnum(index.entities[e]) >= SYNONYM_MIN_ALNUM for e in nodes], dtype=bool)
-    pairs, cosines = synonym_pairs(index.entity_embeddings[nodes], threshold, max_synonyms, eligible)
-    keys[nodes[pairs[:, 0]], nodes[pairs[:, 1]]] = cosines.astype(np.float64)  # assigned, not added
-
-    fact_phrases = sp.csr_matrix(  # (T', E) a stated fact's head and tail (one entry when equal)
-        (np.ones(2 * len(stated)), (np.r_[np.arange(len(stated)), np.arange(len(stated))], np.r_[heads, tails])),
-        shape=(len(stated), n),
-    )
+    phrases = phrase_keys(index, threshold, max_synonyms, method="hipporag2")
+    p = index.num_passages
+    keys, stated, fact_phrases = phrases.keys, phrases.stated, phrases.fact_phrases
     passage_phrases = (index.passage_facts[:, stated] @ fact_phrases).tocsr()  # (P, E) > 0: phrase of p's facts
     passage_phrases.data[:] = 1.0  # add_passage_edges assigns 1.0 once per (passage, phrase)
     passage_phrases.eliminate_zeros()
