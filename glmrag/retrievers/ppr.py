@@ -1,4 +1,8 @@
-"""Training-free Personalized PageRank retriever, as in HippoRAG.
+"""Training-free Personalized PageRank retriever, HippoRAG-style (HippoRAG's own rules: :mod:`.hipporag`).
+
+This is glmrag's PPR on the index's graph, shared with the GNN's prior and HyperAddress; it differs from
+HippoRAG's code in edge weights, self-loops, passage scores, linking and the no-link case
+(``docs/fidelity.md``, "Training-free baselines").
 
 HippoRAG (Gutiérrez et al., 2024, §2.2 "Retrieval") runs Personalized
 PageRank over the KG from the question's linked entities, weights each of them
