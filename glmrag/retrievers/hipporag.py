@@ -88,8 +88,8 @@ class PhraseKeys:
     """(N,) int64 entity ids that are graph nodes (fact heads and tails), ascending."""
     stated: np.ndarray
     """(T',) rows of ``index.triples`` that some passage states (synonym rows are stated by none)."""
-    fact_phrases: sp.csr_matrix
-    """(T', E) binary: a stated fact's head and tail (one entry when they are equal)."""
+    passage_phrases: sp.csr_matrix
+    """(P, E) how many distinct facts of passage p have entity e as head or tail (docs -> facts -> phrases)."""
 
 
 def phrase_keys(index: KGIndex, threshold: float, max_synonyms: int, method: str = "hipporag") -> PhraseKeys:
@@ -118,20 +118,31 @@ def phrase_keys(index: KGIndex, threshold: float, max_synonyms: int, method: str
     keys.eliminate_zeros()
     rows = np.arange(len(stated))
     fact_phrases = sp.csr_matrix((np.ones(2 * len(stated)), (np.r_[rows, rows], np.r_[heads, tails])), (len(stated), n))
-    fact_phrases.data[:] = 1.0  # head == tail: one entry
-    return PhraseKeys(keys, nodes, stated, fact_phrases)
+    fact_phrases.data[:] = 1.0  # (T', E) a fact's head and tail, one entry when they are equal
+    distinct = index.passage_facts[:, stated].copy()
+    distinct.data[:] = 1.0  # a fact a passage states twice counts once
+    return PhraseKeys(keys, nodes, stated, (distinct @ fact_phrases).tocsr())
+
+
+def min_max(scores: np.ndarray) -> np.ndarray:
+    """Row-wise ``(x - min) / (max - min)``, and ones for a constant row (both HippoRAGs' ``min_max_normalize``;
+    HippoRAG's divides by zero there, HippoRAG 2's gives ones).
+
+    Shapes: (B, N) -> (B, N) float64.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    low, high = scores.min(axis=1, keepdims=True), scores.max(axis=1, keepdims=True)
+    span = high - low
+    return np.where(span > 0, (scores - low) / np.where(span > 0, span, 1.0), 1.0)
 
 
 def hipporag_graph(index: KGIndex, threshold: float = SYNONYM_THRESHOLD, max_synonyms: int = SYNONYM_MAX) -> HippoGraph:
     """Build HippoRAG's graph from the index's per-passage facts and entity embeddings."""
     phrases = phrase_keys(index, threshold, max_synonyms)
     walk = Walk(*transition(phrases.keys + phrases.keys.T))  # igraph sums HippoRAG's parallel undirected edges
-    stated = index.passage_facts[:, phrases.stated].copy()
-    stated.data[:] = 1.0  # a fact a passage states twice scores once
-    passage_phrases = (stated @ phrases.fact_phrases).tocsr()  # (P, E)
-    documents = np.asarray((passage_phrases > 0).sum(axis=0)).ravel()
+    documents = np.asarray((phrases.passage_phrases > 0).sum(axis=0)).ravel()
     specificity = np.where(documents > 0, 1.0 / np.maximum(documents, 1), 1.0)
-    return HippoGraph(walk, phrases.nodes, passage_phrases, specificity)
+    return HippoGraph(walk, phrases.nodes, phrases.passage_phrases, specificity)
 
 
 class HippoRAGRetriever:
@@ -226,10 +237,8 @@ class HippoRAGRetriever:
             ppr = np.zeros_like(restart)
             if (~empty).any():
                 ppr[:, ~empty] = personalized_pagerank(graph.walk, restart[:, ~empty], self.damping, self.tol)
-            passages = np.asarray(graph.passage_phrases @ ppr).T  # (B, P)
-            low, high = passages.min(axis=1, keepdims=True), passages.max(axis=1, keepdims=True)
-            span = np.where(high > low, high - low, 1.0)
-            passages = np.where(empty[:, None], 1.0 / index.num_passages, (passages - low) / span)
+            passages = min_max(np.asarray(graph.passage_phrases @ ppr).T)  # (B, P)
+            passages[empty] = 1.0 / index.num_passages
             self.fallbacks += int(empty.sum())
             positions, values = top_k_stable(passages, top_k)
             entities, entity_values = top_k_stable(ppr.T, self.top_entities)

@@ -55,7 +55,7 @@ from glmrag.index.embed import Embedder, passage_matrix
 from glmrag.index.kg import KGIndex
 from glmrag.index.ranking import make_rankings, top_k_stable
 from glmrag.retrievers.base import Ranking
-from glmrag.retrievers.hipporag import TOLERANCE, phrase_keys
+from glmrag.retrievers.hipporag import TOLERANCE, min_max, phrase_keys
 
 log = logging.getLogger(__name__)
 
@@ -70,17 +70,6 @@ SYNONYM_THRESHOLD = 0.8
 SYNONYM_MAX = 101
 """At most 101 synonyms per phrase: ``add_synonymy_edges`` breaks once more than 100 were accepted (its
 ``synonymy_edge_topk`` 2047 neighbours, self included, never bind first)."""
-
-
-def min_max(scores: np.ndarray) -> np.ndarray:
-    """Row-wise ``(x - min) / (max - min)``, and ones for a constant row (HippoRAG 2's ``min_max_normalize``).
-
-    Shapes: (B, N) -> (B, N) float64.
-    """
-    scores = np.asarray(scores, dtype=np.float64)
-    low, high = scores.min(axis=1, keepdims=True), scores.max(axis=1, keepdims=True)
-    span = high - low
-    return np.where(span > 0, (scores - low) / np.where(span > 0, span, 1.0), 1.0)
 
 
 @dataclass(frozen=True)
@@ -103,10 +92,9 @@ def hipporag2_graph(
     """Build HippoRAG 2's phrase + passage graph from the index's per-passage facts and entity embeddings."""
     phrases = phrase_keys(index, threshold, max_synonyms, method="hipporag2")
     p = index.num_passages
-    keys, stated, fact_phrases = phrases.keys, phrases.stated, phrases.fact_phrases
-    passage_phrases = (index.passage_facts[:, stated] @ fact_phrases).tocsr()  # (P, E) > 0: phrase of p's facts
+    keys, stated = phrases.keys, phrases.stated
+    passage_phrases = phrases.passage_phrases.copy()  # (P, E) > 0: a phrase of p's facts
     passage_phrases.data[:] = 1.0  # add_passage_edges assigns 1.0 once per (passage, phrase)
-    passage_phrases.eliminate_zeros()
     passage_count = np.asarray(passage_phrases.sum(axis=0)).ravel()  # (E,)
 
     # (E+P, E+P) keys: phrase -> phrase, and passage -> phrase (add_passage_edges' one direction)
