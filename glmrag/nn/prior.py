@@ -25,12 +25,15 @@ entities restarts uniformly (the PPR retriever's global-PageRank fallback).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
 from glmrag.graph.pagerank import iterations_for
+from glmrag.index.kg import KGIndex
 from glmrag.nn.graph_inputs import GraphInputs
 
 PRIORS = ("ppr",)
@@ -89,6 +92,23 @@ class Walk:
     """(E,) bool: entities without edges, whose mass restarts."""
 
 
+@dataclass(frozen=True)
+class PriorKG:
+    """What a prior reads of one KG beside the network's logits, built once per KG (:func:`prior_kg`)."""
+
+    walk: Walk
+    """The KG's walk (:func:`index_walk`)."""
+    passage_entities: torch.Tensor
+    """(P, E) sparse CSR, 1 where a passage mentions an entity (:func:`passage_logits`'s)."""
+    passage_emb: torch.Tensor | None
+    """(P, d) unit passage embeddings of the dense term; None without one."""
+
+    def to(self, device: torch.device | str) -> PriorKG:
+        walk = Walk(self.walk.transition_t.to(device), self.walk.dangling.to(device))
+        emb = None if self.passage_emb is None else self.passage_emb.to(device)
+        return PriorKG(walk, self.passage_entities.to(device), emb)
+
+
 def sparse_csr(indices: torch.Tensor, values: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """A sparse CSR matrix from COO ``indices`` (2, M) and ``values`` (M,); repeated entries add up.
 
@@ -104,8 +124,39 @@ def sparse_csr(indices: torch.Tensor, values: torch.Tensor, size: tuple[int, int
 def walk_of(graph: GraphInputs) -> Walk:
     """The walk on the undirected multigraph of ``graph``'s triples (``edge_index`` holds each triple once per
     direction; the second copy of a self-loop is dropped, as networkx and the PPR retriever count it once)."""
-    num_nodes = graph.num_nodes
-    src, dst = graph.edge_index  # (2T,) each
+    return edge_walk(graph.edge_index, graph.num_nodes)
+
+
+def index_walk(index: KGIndex) -> Walk:
+    """:func:`walk_of` the KG of ``index``, without the GNN's relation and node features (the GLM's prior)."""
+    triples = torch.as_tensor(index.triples, dtype=torch.long).reshape(-1, 3)
+    head, tail = triples[:, 0], triples[:, 2]
+    return edge_walk(torch.stack([torch.cat([head, tail]), torch.cat([tail, head])]), index.num_entities)
+
+
+def prior_kg(index: KGIndex, passage_emb: torch.Tensor | None = None) -> PriorKG:
+    """The :class:`PriorKG` of ``index``, with ``passage_emb`` (P, d) for a dense term."""
+    return PriorKG(index_walk(index), passage_entity_matrix(index), passage_emb)
+
+
+def gold_passage_mask(index: KGIndex, gold: Sequence[Sequence[str]]) -> torch.Tensor:
+    """Shapes: ``gold`` B lists of passage ids -> (B, P) bool, True at each question's gold passages in ``index``."""
+    out = torch.zeros(len(gold), index.num_passages, dtype=torch.bool)
+    for row, ids in enumerate(gold):
+        out[row, [index.passage_position[p] for p in ids if p in index.passage_position]] = True
+    return out
+
+
+def passage_entity_matrix(index: KGIndex) -> torch.Tensor:
+    """(P, E) sparse CSR float32, 1 where a passage mentions an entity: ``index.passage_entities`` in torch."""
+    matrix = index.passage_entities.tocoo()
+    rows_cols = torch.from_numpy(np.vstack([matrix.row, matrix.col]).astype(np.int64))
+    return sparse_csr(rows_cols, torch.ones(matrix.nnz), matrix.shape)
+
+
+def edge_walk(edge_index: torch.Tensor, num_nodes: int) -> Walk:
+    """The walk of :func:`walk_of` from ``edge_index`` (2, 2T): each triple ``h -> t``, then each ``t -> h``."""
+    src, dst = edge_index  # (2T,) each
     half = src.shape[0] // 2
     keep = torch.ones_like(src, dtype=torch.bool)
     keep[half:] = src[half:] != dst[half:]
@@ -179,8 +230,12 @@ class EntityPrior(nn.Module):
         return cached[1]
 
     def forward(self, graph: GraphInputs, seed_weight: torch.Tensor) -> torch.Tensor:
+        return self.on_walk(self.walk(graph), seed_weight)
+
+    def on_walk(self, walk: Walk, seed_weight: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` on a walk the caller keeps (the GLM's, :func:`index_walk`)."""
         with torch.no_grad():
-            walk, settings = self.walk(graph), self.settings
+            settings = self.settings
             p = ppr_probabilities(walk, seed_weight, settings.damping, settings.iterations)  # (B, E)
             log_p = p.clamp_min(LOG_FLOOR).log()
         return self.weight * log_p  # (B, E)

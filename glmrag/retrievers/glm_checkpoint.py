@@ -3,7 +3,9 @@
 :class:`GLMCheckpointRetriever` loads a :class:`~glmrag.models.glm_module.GLMRetrieverModule`
 checkpoint, builds each question's subgraph exactly as the module's DataModule did (the subgraph
 settings are hyper-parameters of the checkpoint), scores the subgraph's entities and ranks passages with
-the module's document ranker, so the evaluator reproduces ``val/recall@k``.
+the module's document ranker, so the evaluator reproduces ``val/recall@k``. A checkpoint with a prior
+(``model.prior``) scores every entity (the prior's logit plus the GLM's) and, with a dense term, ranks
+passages by the fused passage logits, as its validation did.
 """
 
 from __future__ import annotations
@@ -20,8 +22,13 @@ from glmrag.index.ranking import make_rankings, rank_passages, top_k_stable
 from glmrag.io import local_checkpoint
 from glmrag.models.glm_inputs import GLMCollate, load_tokenizer, question_record
 from glmrag.models.glm_module import GLMRetrieverModule, entity_scores
+from glmrag.models.gnn_input_cache import cached_passage_embeddings
 from glmrag.nn.glm_retriever import GLMInputs
+from glmrag.nn.prior import prior_kg
 from glmrag.retrievers.base import Ranking
+
+KG = "eval"
+"""The KG name of the records built here (one index at a time)."""
 
 
 class GLMCheckpointRetriever:
@@ -57,37 +64,80 @@ class GLMCheckpointRetriever:
         self.embedder = Embedder(self.module.hparams.embed_model)
         self.settings = self.module.subgraph_settings()
         self.collate = GLMCollate(self.settings.position_mode, position_conflict=self.settings.position_conflict)
+        self._kg: KGIndex | None = None  # the index whose PriorKG the module holds
 
-    def entity_scores(self, questions: Sequence[Question], index: KGIndex) -> np.ndarray:
-        """Scores of every entity for each question; ``-inf`` outside its subgraph.
+    def use_kg(self, index: KGIndex, corpus: Corpus | None) -> None:
+        """Hand a prior's module the KG of ``index`` (kept until another index comes); ``corpus``: its passages,
+        for a prior's dense term."""
+        if self.module.prior is None or self._kg is index:
+            return
+        passage_emb = None
+        if self.module.dense_term:
+            if corpus is None:
+                raise ValueError("this checkpoint's prior has a dense term: pass the corpus of the index")
+            passage_emb = cached_passage_embeddings(corpus, index, self.module.hparams.embed_model)  # (P, d)
+        self.module.prior_kgs[KG, self.device] = prior_kg(index, passage_emb).to(self.device)
+        self._kg = index
+
+    def entity_scores(self, questions: Sequence[Question], index: KGIndex, corpus: Corpus | None = None) -> np.ndarray:
+        """Scores of every entity for each question; ``-inf`` outside its subgraph, or with a prior the prior's
+        logit there. ``corpus``: the index's passages, needed only by a prior with a dense term.
 
         Shapes: questions (Q,) -> (Q, E) float64.
         """
+        return self.scores(questions, index, corpus)[0]
+
+    def scores(
+        self, questions: Sequence[Question], index: KGIndex, corpus: Corpus | None = None, top_k: int = 0
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`entity_scores` and, for a prior with a dense term and ``top_k`` > 0, the fused passage
+        logits of the best ``top_k`` passages' positions and values (else None).
+
+        Shapes: questions (Q,) -> (Q, E) float64, and ``((Q, top_k), (Q, top_k))`` or None.
+        """
+        self.use_kg(index, corpus)
         question_emb = self.embedder.encode([q.question for q in questions])  # (Q, d)
         out = np.full((len(questions), index.num_entities), -np.inf)
+        passages: list[tuple[np.ndarray, np.ndarray]] = []
         with torch.inference_mode():
             for start in range(0, len(questions), self.batch_size):
                 chunk = range(start, min(start + self.batch_size, len(questions)))
                 records = [
-                    question_record(index, questions[i], "eval", self.tokenizer, self.settings, question_emb[i])
+                    question_record(index, questions[i], KG, self.tokenizer, self.settings, question_emb[i])
                     for i in chunk
                 ]
                 batch = self.collate(records)
                 inputs = GLMInputs.from_batch(
                     {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
                 )
-                logits = self.module(inputs).float().cpu().numpy()  # (b, N)
+                logits = self.module(inputs).float()  # (b, N)
+                if self.module.prior is not None:
+                    batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
+                    rows = list(range(len(chunk)))
+                    fused = self.module.fused_entity_logits(batch, logits, KG, rows, index)  # (b, E)
+                    out[chunk.start : chunk.stop] = fused.cpu().numpy()
+                    if self.module.dense_term and top_k > 0:
+                        kg = self.module.prior_kgs[KG, self.device]
+                        fused_passages = self.module.passage_scores(fused, kg, batch["question_emb"])  # (b, P)
+                        passages.append(top_k_stable(fused_passages.cpu().numpy(), top_k))
+                    continue
+                logits = logits.cpu().numpy()
                 entity_of_node, node_mask = batch["entity_of_node"].numpy(), batch["node_mask"].numpy()
                 for row, i in enumerate(chunk):
                     out[i] = entity_scores(logits[row], entity_of_node[row], node_mask[row], index.num_entities)
-        return out
+        if not passages:
+            return out, None
+        return out, (np.concatenate([p[0] for p in passages]), np.concatenate([p[1] for p in passages]))
 
     def retrieve(self, questions: Sequence[Question], index: KGIndex, corpus: Corpus, top_k: int = 10) -> list[Ranking]:
         """One Ranking per question: the ``top_k`` best passages and the ``top_entities`` best entities."""
         if len(corpus) != index.num_passages:
             raise ValueError(f"the index has {index.num_passages} passages but the corpus {len(corpus)}")
         questions = list(questions)
-        scores = self.entity_scores(questions, index)  # (Q, E)
-        positions, passage_scores = rank_passages(scores, index, top_k, self.ranker, self.top_entities)  # (Q, k)
+        scores, fused = self.scores(questions, index, corpus, top_k)  # (Q, E), the dense prior's (Q, k) pair
+        if fused is not None:  # a prior's fused passage logits rank the passages, as in validation
+            positions, passage_scores = fused
+        else:
+            positions, passage_scores = rank_passages(scores, index, top_k, self.ranker, self.top_entities)  # (Q, k)
         entities, values = top_k_stable(scores, self.top_entities)  # (Q, top_entities)
         return make_rankings([q.id for q in questions], index.passage_ids, positions, passage_scores, entities, values)

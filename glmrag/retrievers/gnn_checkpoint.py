@@ -29,11 +29,10 @@ from glmrag.models.gnn_input_cache import (
     cached_graph_inputs,
     cached_passage_embeddings,
     default_inputs_cache_dir,
-    passage_entity_matrix,
 )
 from glmrag.models.gnn_module import GNNRetrieverModule, question_subgraphs, subgraph_batch
 from glmrag.nn.graph_inputs import GraphInputs, seed_weights
-from glmrag.nn.prior import passage_logits
+from glmrag.nn.prior import passage_entity_matrix, passage_logits
 from glmrag.retrievers.base import Ranking
 from glmrag.retrievers.glm_checkpoint import GLMCheckpointRetriever
 

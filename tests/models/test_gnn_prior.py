@@ -86,9 +86,8 @@ def test_checkpoint_hparams_carry_the_prior(random_graph):
 
 
 def test_passage_list_ce_scores_the_softmax_sum_ranking(random_graph):
-    from glmrag.models.gnn_input_cache import passage_entity_matrix
     from glmrag.models.losses import passage_list_ce
-    from glmrag.nn.prior import MASS_FLOOR, passage_logits
+    from glmrag.nn.prior import MASS_FLOOR, passage_entity_matrix, passage_logits
 
     index = random_graph(40, 60, seed=2)
     matrix = passage_entity_matrix(index)  # (P, E)
@@ -118,9 +117,8 @@ def test_passage_list_ce_scores_the_softmax_sum_ranking(random_graph):
 
 
 def test_the_passage_weight_adds_the_passage_list_ce_to_the_step_loss(random_graph):
-    from glmrag.models.gnn_input_cache import passage_entity_matrix
     from glmrag.models.losses import passage_list_ce
-    from glmrag.nn.prior import passage_logits
+    from glmrag.nn.prior import passage_entity_matrix, passage_logits
 
     losses = {}
     for weight in (0.0, 2.0):

@@ -138,7 +138,7 @@ def test_the_glm_gets_dataclasses_and_its_own_loss_defaults():
             lambda: GNNRetrieverModule(loss={"bce_weight": 0, "listce_weight": 0}),
             r"listce_weight and passage_weight are all 0",
         ),
-        (lambda: tiny_glm(loss={"passage_weight": 1.0}), r"the GLM has no passage loss"),
+        (lambda: tiny_glm(loss={"passage_weight": 1.0}), r"passage_weight scores the fused passage logits of a prior"),
         (lambda: GNNRetrieverModule(prior={"kind": "dense"}), r"prior.kind must be one of"),
         (lambda: GNNRetrieverModule(evaluation={"ks": [1, 5]}), r"evaluation.ks must include 2"),
         (lambda: tiny_glm(lr={"bucket": "head"}), r"model.lr has unknown key\(s\) \['bucket'\]"),
