@@ -243,6 +243,7 @@ class GLMRetrieverModule(RetrieverModule):
     def setup(self, stage: str) -> None:
         """Check that the DataModule builds the subgraphs this module expects."""
         self.reset_metrics(stage)
+        self.prior_kgs.clear()
         dm = getattr(self.trainer, "datamodule", None)
         if dm is None or not callable(getattr(dm, "index", None)):
             raise RuntimeError(
@@ -341,8 +342,9 @@ class GLMRetrieverModule(RetrieverModule):
         key = (kg, self.device)
         if key not in self.prior_kgs:
             dm = self.trainer.datamodule
-            passage_emb = dm.passage_embeddings(kg) if self.dense_term else None
-            self.prior_kgs[key] = prior_kg(dm.index(kg), passage_emb).to(self.device)
+            with torch.inference_mode(False):  # first asked for in a validation, it serves training too
+                passage_emb = dm.passage_embeddings(kg).clone() if self.dense_term else None
+                self.prior_kgs[key] = prior_kg(dm.index(kg), passage_emb).to(self.device)
         return self.prior_kgs[key]
 
     @property

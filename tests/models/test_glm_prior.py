@@ -92,6 +92,7 @@ def test_training_moves_the_glm_off_its_prior(connected, index_config, cpu_train
     trained = make_prior_model()
     rankings_before = val_rankings(model, dm)
     trainer = cpu_trainer(max_epochs=4, default_root_dir=tmp_path)
+    trainer.validate(trained, datamodule=dm, verbose=False)  # as train.py does: its prior KG built in inference mode
     trainer.fit(trained, datamodule=dm)
     after = trainer.validate(trained, datamodule=dm, verbose=False)[0]
     print(f"untrained {before}\ntrained {after}")
