@@ -8,7 +8,8 @@
 # benchmarks/RESULTS.md ("The GLM learns") gives its CPU time. EXPERIMENT=glm_prior_2wiki_cpu trains the GLM on the
 # GNN recipe's prior instead (its untrained twin is the PPR + dense fusion; no idf_topk row: its passages rank by
 # the fused passage logits).
-#   [EXPERIMENT=glm_prior_2wiki_cpu] bash benchmarks/train_glm_2wiki_cpu.sh [out folder] [extra train.py overrides...]
+#   [EXPERIMENT=glm_prior_2wiki_cpu] [CKPTS=<checkpoint folder>] [DATASETS="2wiki_test ..."] \
+#     bash benchmarks/train_glm_2wiki_cpu.sh [out folder] [extra train.py overrides...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 experiment=${EXPERIMENT:-glm_2wiki_cpu}
@@ -16,7 +17,7 @@ out=${1:-benchmarks/results/train_$experiment}
 shift || true
 mkdir -p "$out"
 TIMEFORMAT='%U %S %R'
-ckpts=checkpoints/bench_$experiment
+ckpts=${CKPTS:-checkpoints/bench_$experiment}
 gnn=$(ls checkpoints/bench_2wiki_cpu/trained/epoch*.ckpt 2>/dev/null | head -1 || true)
 if [ -z "$gnn" ]; then
   bash benchmarks/train_2wiki_cpu.sh benchmarks/results/train_2wiki_cpu >/dev/null
@@ -60,7 +61,12 @@ read -r user sys wall <"$out/train_time.txt"
   echo "Command: \`EXPERIMENT=$experiment bash benchmarks/train_glm_2wiki_cpu.sh $out $*\` ($(date -u +%Y-%m-%d), $(nproc) cores)."
   echo "Training job (loading, validation of the untrained model, training): $(python -c "print(f'{($user + $sys) / 60:.1f} CPU min ({$wall / 60:.1f} min wall)')")."
   echo "The untrained twin: $(awk '{printf "%.1f CPU min", ($1 + $2) / 60}' "$out/untrained_time.txt"); the four evaluations: $(cat "$out"/eval_*_time.txt | awk '{u += $1 + $2; w += $3} END {printf "%.1f CPU min (%.1f min wall)", u / 60, w / 60}')."
-  echo "Best checkpoint: \`$trained\`; \`checkpoint\` is the trained GLM and \`untrained\` the same GLM before training, both ranking passages with softmax_sum; \`glm_idf_topk\` the trained GLM with GLM-RAG's idf_topk ranker; \`gnn\` the cpu_2wiki checkpoint \`$gnn\`."
+  if [ "$experiment" = glm_2wiki_cpu ]; then
+    ranking="both ranking passages with softmax_sum; \`glm_idf_topk\` the trained GLM with GLM-RAG's idf_topk ranker"
+  else
+    ranking="both ranking passages by the prior's fused passage logits"
+  fi
+  echo "Best checkpoint: \`$trained\`; \`checkpoint\` is the trained GLM and \`untrained\` the same GLM before training, $ranking; \`gnn\` the cpu_2wiki checkpoint \`$gnn\`."
   grep -h "before training\|no better than\|done in" "$out/train.log" | sed 's/^\[[^]]*\]\[[^]]*\]\[[A-Z]*\] - //' || true
   for data in ${DATASETS:-2wiki_test 2wiki_dev 2wiki_train musique100}; do
     echo
