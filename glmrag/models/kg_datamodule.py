@@ -21,7 +21,6 @@ from glmrag.data.types import Corpus, Question, question_fingerprint
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.io import plain_container
-from glmrag.models.gnn_input_cache import cached_passage_embeddings
 from glmrag.models.train_fraction import check_train_fraction, fraction_of
 
 
@@ -121,6 +120,10 @@ class KGDataModule(LightningDataModule, ABC):
     def passage_embeddings(self, kg: str) -> torch.Tensor:
         """(P, d) sentence embeddings of ``kg``'s passages in index order (on CPU), for a model with a dense
         prior term (:mod:`glmrag.nn.prior`); embedded (or read from the embeddings cache) on first use."""
+        # Imported here: the embeddings cache reaches the index builder (spaCy), which a GPU machine that only
+        # trains need not have (benchmarks/gpu_check.sh imports the modules without it).
+        from glmrag.models.gnn_input_cache import cached_passage_embeddings
+
         if kg not in self._passage_emb:
             self._passage_emb[kg] = cached_passage_embeddings(
                 self.corpora[kg], self.indexes[kg], self.hparams.embed_model
