@@ -321,7 +321,8 @@ class GLMRetrieverModule(RetrieverModule):
         real, weights = batch["real"].tolist(), self.loss_weights
         total, count = logits.sum() * 0.0, 0  # a zero attached to the graph when no row is real
         for kg, rows in kg_rows(batch["kg"], real).items():
-            fused = self.fused_entity_logits(batch, logits, kg, rows)  # (b, E)
+            index, kg_tensors = self.trainer.datamodule.index(kg), self.prior_kg(kg)
+            fused = self.fused_entity_logits(batch, logits, rows, index, kg_tensors)  # (b, E)
             node = batch["entity_of_node"][rows]  # (b, N)
             mask = batch["node_mask"][rows]  # (b, N)
             terms = []
@@ -329,9 +330,8 @@ class GLMRetrieverModule(RetrieverModule):
                 node_logits = fused.gather(1, node.clamp(min=0))  # (b, N): each entity node's fused logit
                 terms.append(self.loss_fn(node_logits, batch["target"][rows], mask))
             if weights.passage_weight:
-                index = self.trainer.datamodule.index(kg)
                 gold = gold_passage_mask(index, [batch["gold"][r] for r in rows]).to(self.device)  # (b, P)
-                scores = self.passage_scores(fused, self.prior_kg(kg), batch["question_emb"][rows])  # (b, P)
+                scores = self.passage_scores(fused, kg_tensors, batch["question_emb"][rows])  # (b, P)
                 terms.append(weights.passage_weight * passage_list_ce(scores, gold))
             total, count = total + len(rows) * sum(terms, logits.sum() * 0.0), count + len(rows)
         return total / max(count, 1)
@@ -353,16 +353,15 @@ class GLMRetrieverModule(RetrieverModule):
         return self.prior is not None and self.prior.dense
 
     def fused_entity_logits(
-        self, batch: dict[str, Any], logits: torch.Tensor, kg: str, rows: list[int], index: KGIndex | None = None
+        self, batch: dict[str, Any], logits: torch.Tensor, rows: list[int], index: KGIndex, kg: PriorKG
     ) -> torch.Tensor:
-        """``w log p(e | q)`` of every entity of ``kg`` plus the GLM's logit at each subgraph entity node, for the
-        batch ``rows`` (all of KG ``kg``). ``index``: the KG (None: the DataModule's).
+        """``w log p(e | q)`` of every entity plus the GLM's logit at each subgraph entity node, for the batch
+        ``rows``, all of one KG: its ``index`` and its :class:`~glmrag.nn.prior.PriorKG`.
 
         Shapes: **logits** ``(B, N)`` node logits -> ``(len(rows), E)`` float32.
         """
-        index = index or self.trainer.datamodule.index(kg)
         seeds = seed_weights(index, [batch["question_ids"][r] for r in rows]).to(self.device)  # (b, E)
-        prior = self.prior.on_walk(self.prior_kg(kg).walk, seeds)  # (b, E)
+        prior = self.prior.on_walk(kg.walk, seeds)  # (b, E)
         node_logits, node = logits[rows], batch["entity_of_node"][rows]  # (b, N) each
         row, col = batch["node_mask"][rows].nonzero(as_tuple=True)  # each entity node once (a Levi graph)
         correction = torch.zeros_like(prior).index_put((row, node[row, col]), node_logits[row, col].float())
@@ -409,9 +408,10 @@ class GLMRetrieverModule(RetrieverModule):
 
         Shapes: **logits** ``(B, N)`` -> ``(len(rows), top_k)``.
         """
-        fused = self.fused_entity_logits(batch, logits, kg, rows, index)  # (b, E)
+        kg_tensors = self.prior_kg(kg)
+        fused = self.fused_entity_logits(batch, logits, rows, index, kg_tensors)  # (b, E)
         if self.dense_term:
-            scores = self.passage_scores(fused, self.prior_kg(kg), batch["question_emb"][rows].to(self.device))
+            scores = self.passage_scores(fused, kg_tensors, batch["question_emb"][rows].to(self.device))
             return top_k_stable(scores.cpu().numpy(), top_k)[0]
         method, top_entities = self.evaluation.ranker, self.evaluation.top_entities
         return rank_passages(fused.cpu().numpy(), index, top_k, method, top_entities)[0]

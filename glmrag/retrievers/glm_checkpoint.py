@@ -24,11 +24,8 @@ from glmrag.models.glm_inputs import GLMCollate, load_tokenizer, question_record
 from glmrag.models.glm_module import GLMRetrieverModule, entity_scores
 from glmrag.models.gnn_input_cache import cached_passage_embeddings
 from glmrag.nn.glm_retriever import GLMInputs
-from glmrag.nn.prior import prior_kg
+from glmrag.nn.prior import PriorKG, prior_kg
 from glmrag.retrievers.base import Ranking
-
-KG = "eval"
-"""The KG name of the records built here (one index at a time)."""
 
 
 class GLMCheckpointRetriever:
@@ -64,79 +61,69 @@ class GLMCheckpointRetriever:
         self.embedder = Embedder(self.module.hparams.embed_model)
         self.settings = self.module.subgraph_settings()
         self.collate = GLMCollate(self.settings.position_mode, position_conflict=self.settings.position_conflict)
-        self._kg: KGIndex | None = None  # the index whose PriorKG the module holds
+        self._kg: tuple[KGIndex, PriorKG] | None = None  # the last index and its PriorKG (a prior's checkpoint)
 
-    def use_kg(self, index: KGIndex, corpus: Corpus | None) -> None:
-        """Hand a prior's module the KG of ``index`` (kept until another index comes); ``corpus``: its passages,
-        for a prior's dense term."""
-        if self.module.prior is None or self._kg is index:
-            return
-        passage_emb = None
-        if self.module.dense_term:
-            if corpus is None:
-                raise ValueError("this checkpoint's prior has a dense term: pass the corpus of the index")
-            passage_emb = cached_passage_embeddings(corpus, index, self.module.hparams.embed_model)  # (P, d)
-        self.module.prior_kgs[KG, self.device] = prior_kg(index, passage_emb).to(self.device)
-        self._kg = index
+    def prior_kg(self, index: KGIndex, corpus: Corpus | None) -> PriorKG:
+        """The :class:`~glmrag.nn.prior.PriorKG` of ``index`` (built once per index); ``corpus``: its passages, for
+        a prior's dense term."""
+        if self._kg is None or self._kg[0] is not index:
+            passage_emb = None
+            if self.module.dense_term:
+                if corpus is None:
+                    raise ValueError("this checkpoint's prior has a dense term: pass the corpus of the index")
+                passage_emb = cached_passage_embeddings(corpus, index, self.module.hparams.embed_model)  # (P, d)
+            self._kg = (index, prior_kg(index, passage_emb).to(self.device))
+        return self._kg[1]
 
-    def entity_scores(self, questions: Sequence[Question], index: KGIndex, corpus: Corpus | None = None) -> np.ndarray:
+    def entity_scores(
+        self,
+        questions: Sequence[Question],
+        index: KGIndex,
+        corpus: Corpus | None = None,
+        question_emb: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Scores of every entity for each question; ``-inf`` outside its subgraph, or with a prior the prior's
-        logit there. ``corpus``: the index's passages, needed only by a prior with a dense term.
+        logit there. ``corpus``: the index's passages, needed only by a prior with a dense term;
+        ``question_emb``: the questions' embeddings, when the caller has them.
 
-        Shapes: questions (Q,) -> (Q, E) float64.
+        Shapes: questions (Q,), **question_emb** ``(Q, d)`` -> (Q, E) float64.
         """
-        return self.scores(questions, index, corpus)[0]
-
-    def scores(
-        self, questions: Sequence[Question], index: KGIndex, corpus: Corpus | None = None, top_k: int = 0
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """:meth:`entity_scores` and, for a prior with a dense term and ``top_k`` > 0, the fused passage
-        logits of the best ``top_k`` passages' positions and values (else None).
-
-        Shapes: questions (Q,) -> (Q, E) float64, and ``((Q, top_k), (Q, top_k))`` or None.
-        """
-        self.use_kg(index, corpus)
-        question_emb = self.embedder.encode([q.question for q in questions])  # (Q, d)
+        kg = None if self.module.prior is None else self.prior_kg(index, corpus)
+        if question_emb is None:
+            question_emb = self.embedder.encode([q.question for q in questions])  # (Q, d)
         out = np.full((len(questions), index.num_entities), -np.inf)
-        passages: list[tuple[np.ndarray, np.ndarray]] = []
         with torch.inference_mode():
             for start in range(0, len(questions), self.batch_size):
                 chunk = range(start, min(start + self.batch_size, len(questions)))
                 records = [
-                    question_record(index, questions[i], KG, self.tokenizer, self.settings, question_emb[i])
+                    question_record(index, questions[i], "eval", self.tokenizer, self.settings, question_emb[i])
                     for i in chunk
                 ]
-                batch = self.collate(records)
-                inputs = GLMInputs.from_batch(
-                    {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
-                )
-                logits = self.module(inputs).float()  # (b, N)
-                if self.module.prior is not None:
-                    batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
-                    rows = list(range(len(chunk)))
-                    fused = self.module.fused_entity_logits(batch, logits, KG, rows, index)  # (b, E)
-                    out[chunk.start : chunk.stop] = fused.cpu().numpy()
-                    if self.module.dense_term and top_k > 0:
-                        kg = self.module.prior_kgs[KG, self.device]
-                        fused_passages = self.module.passage_scores(fused, kg, batch["question_emb"])  # (b, P)
-                        passages.append(top_k_stable(fused_passages.cpu().numpy(), top_k))
+                batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in self.collate(records).items()}
+                logits = self.module(GLMInputs.from_batch(batch)).float()  # (b, N)
+                if kg is not None:
+                    fused = self.module.fused_entity_logits(batch, logits, list(range(len(chunk))), index, kg)
+                    out[chunk.start : chunk.stop] = fused.cpu().numpy()  # (b, E)
                     continue
                 logits = logits.cpu().numpy()
-                entity_of_node, node_mask = batch["entity_of_node"].numpy(), batch["node_mask"].numpy()
+                entity_of_node, node_mask = batch["entity_of_node"].cpu().numpy(), batch["node_mask"].cpu().numpy()
                 for row, i in enumerate(chunk):
                     out[i] = entity_scores(logits[row], entity_of_node[row], node_mask[row], index.num_entities)
-        if not passages:
-            return out, None
-        return out, (np.concatenate([p[0] for p in passages]), np.concatenate([p[1] for p in passages]))
+        return out
 
     def retrieve(self, questions: Sequence[Question], index: KGIndex, corpus: Corpus, top_k: int = 10) -> list[Ranking]:
         """One Ranking per question: the ``top_k`` best passages and the ``top_entities`` best entities."""
         if len(corpus) != index.num_passages:
             raise ValueError(f"the index has {index.num_passages} passages but the corpus {len(corpus)}")
         questions = list(questions)
-        scores, fused = self.scores(questions, index, corpus, top_k)  # (Q, E), the dense prior's (Q, k) pair
-        if fused is not None:  # a prior's fused passage logits rank the passages, as in validation
-            positions, passage_scores = fused
+        question_emb = self.embedder.encode([q.question for q in questions])  # (Q, d), for the GLM and the dense term
+        scores = self.entity_scores(questions, index, corpus, question_emb)  # (Q, E)
+        if self.module.dense_term:  # a prior's fused passage logits rank the passages, as in validation
+            with torch.inference_mode():
+                logits = torch.from_numpy(scores).float().to(self.device)  # (Q, E), exact: float32 values
+                query = torch.from_numpy(question_emb).to(self.device)  # (Q, d)
+                fused = self.module.passage_scores(logits, self.prior_kg(index, corpus), query)  # (Q, P)
+            positions, passage_scores = top_k_stable(fused.cpu().numpy(), top_k)  # (Q, k)
         else:
             positions, passage_scores = rank_passages(scores, index, top_k, self.ranker, self.top_entities)  # (Q, k)
         entities, values = top_k_stable(scores, self.top_entities)  # (Q, top_entities)
