@@ -10,6 +10,7 @@ import torch
 from test_glm_module import make_dm, make_model
 
 from glmrag.data.registry import load_dataset
+from glmrag.index.embed import Embedder
 from glmrag.index.ranking import top_k_stable
 from glmrag.nn.prior import MASS_FLOOR
 from glmrag.retrievers.glm_checkpoint import GLMCheckpointRetriever
@@ -54,8 +55,6 @@ def fusion_rankings(dm, question_ids) -> dict[str, list[str]]:
     questions = [by_id[q] for q in question_ids]
     probs = PPRRetriever().entity_scores(questions, index)  # (Q, E)
     mass = index.passage_entities @ probs.T  # (P, Q)
-    from glmrag.index.embed import Embedder
-
     question_emb = Embedder(dm.hparams.embed_model).encode([q.question for q in questions])  # (Q, d)
     passage_emb = dm.passage_embeddings("musique100").numpy()  # (P, d)
     scores = np.log(mass.T + MASS_FLOOR) + 10.0 * question_emb @ passage_emb.T  # (Q, P)
