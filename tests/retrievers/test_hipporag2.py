@@ -212,6 +212,12 @@ def test_the_embedder_is_the_index_s_unless_named():
     assert HippoRAG2Retriever(embed_model="other")._encoder(_index()).model_name == "other"
 
 
+def test_fact_embeddings_go_through_the_phrase_cache_when_named(tmp_path):
+    assert HippoRAG2Retriever()._encoder(_index()).cache_dir is None
+    cached = HippoRAG2Retriever(fact_cache_dir=tmp_path)._encoder(_index())
+    assert cached.phrase_cache.folder.parent == tmp_path
+
+
 def test_an_index_without_passage_facts_is_refused():
     index = _index()
     index.passage_facts = None
@@ -233,3 +239,4 @@ def test_the_yaml_node_instantiates_with_the_code_defaults(tmp_path, monkeypatch
     assert (retriever.linking_top_k, retriever.passage_node_weight, retriever.damping) == (5, 0.05, 0.5)
     assert (retriever.synonym_threshold, retriever.max_synonyms, retriever.tol) == (0.8, 101, 1e-10)
     assert retriever.embed_model is None and retriever.cache_dir == tmp_path / "embeddings"
+    assert retriever.fact_cache_dir == tmp_path / "phrase_embeddings"
