@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -27,9 +28,29 @@ def passage_id(title: str, text: str) -> str:
     return f"p{digest[:15]}"
 
 
+FINGERPRINT_VERSION = 2
+"""The rule of :func:`question_fingerprint`; a checkpoint records it beside its fingerprints (version 1, case
+and spacing only, is :func:`question_fingerprint_v1`: checkpoints written before 2026-12-04)."""
+
+
+def canonical_question(text: str) -> str:
+    """The spelling-free form of a question: Unicode NFKC (full-width letters, ligatures, NBSP), case folded,
+    format characters (zero-width spaces and joiners, soft hyphens: category Cf) and punctuation (category P*:
+    ``?``, ``'`` and ``’`` alike) removed, whitespace collapsed to single spaces."""
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    kept = "".join(c for c in folded if not unicodedata.category(c).startswith(("P", "Cf")))
+    return " ".join(kept.split())
+
+
 def question_fingerprint(text: str) -> str:
-    """A hash of a question's text, case and spacing ignored: the same question under any dataset name, id or
-    file (a checkpoint records those it trained and validated on; the evaluator refuses to score them)."""
+    """A hash of a question's :func:`canonical_question`: the same question under any dataset name, id, file or
+    spelling variant (a checkpoint records those it trained and validated on; the evaluator refuses to score
+    them)."""
+    return hashlib.sha256(canonical_question(text).encode()).hexdigest()[:16]
+
+
+def question_fingerprint_v1(text: str) -> str:
+    """Version 1 of :func:`question_fingerprint` (case and spacing only), to read older checkpoints."""
     return hashlib.sha256(" ".join(text.lower().split()).encode()).hexdigest()[:16]
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from glmrag.eval.overlap import overlap_note
+from glmrag.eval.overlap import overlap_note, unchecked_note
 from glmrag.eval.result import EvalResult
 from glmrag.eval.significance import Comparison, Interval
 from glmrag.eval.traces import fallback_cell, fallback_warning, llm_notes, summary_lines
@@ -94,6 +94,8 @@ def format_markdown(result: EvalResult) -> str:
         name = f"{system} (ref)" if system == result.reference else system
         if system in result.train_overlap:
             name += " (trained on these questions)"
+        elif system in result.overlap_unchecked:
+            name += " (training questions not checked)"
         if notes_by_system[system]["identical_to"]:
             name += f" (= {notes_by_system[system]['identical_to']})"
         cells = [_cell(result.overall[system].get(m), m in with_ci) + markers.get((system, m), "") for m in metrics]
@@ -110,9 +112,9 @@ def format_markdown(result: EvalResult) -> str:
         "passages and overstates recall; it is not comparable with Recall@k.",
     ]
     notes += _llm_notes_lines(result, notes_by_system)
-    warning = overlap_note(result.train_overlap)
-    if warning:
-        notes.insert(0, warning)
+    for warning in (unchecked_note(result.overlap_unchecked), overlap_note(result.train_overlap)):
+        if warning:
+            notes.insert(0, warning)
     if c["evaluated"] == 0:
         notes.insert(
             0, "No question has gold passages: retrieval metrics are skipped; the rankings are in per_question.jsonl."

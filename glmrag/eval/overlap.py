@@ -13,7 +13,9 @@ evaluation config:
   and its table says, in a warning line, which system saw which questions;
 * so is any scored question whose fingerprint the checkpoint records among those it trained
   and validated on (:func:`seen_questions`): the same files under another dataset name, or
-  stored splits that do not say what the run read.
+  stored splits that do not say what the run read. A question matches in any spelling
+  (:func:`~glmrag.data.types.canonical_question`); a checkpoint that records no questions, or
+  records them by an older rule, is flagged in the table (refused with ``strict_overlap=true``).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from typing import Any
 
 import torch
 
-from glmrag.data.types import Question, question_fingerprint
-from glmrag.models.checkpointing import SEEN_QUESTIONS_KEY
+from glmrag.data.types import FINGERPRINT_VERSION, Question, question_fingerprint, question_fingerprint_v1
+from glmrag.models.checkpointing import SEEN_QUESTIONS_KEY, SEEN_VERSION_KEY
 
 log = logging.getLogger(__name__)
 
@@ -43,19 +45,48 @@ def checkpoint_data(ckpt_path: str | Path) -> dict[str, Any] | None:
     return _load(ckpt_path).get("datamodule_hyper_parameters")
 
 
+def recorded_questions(ckpt_path: str | Path) -> tuple[set[str], int] | None:
+    """The question fingerprints a checkpoint records as trained or validated on, and the version of the rule
+    that made them (1 when unstated: checkpoints before the rule had a version); None when it records none."""
+    checkpoint = _load(ckpt_path)
+    seen = checkpoint.get(SEEN_QUESTIONS_KEY)
+    if not seen:
+        return None
+    return set(seen), int(checkpoint.get(SEEN_VERSION_KEY, 1))
+
+
+FINGERPRINTS = {1: question_fingerprint_v1, FINGERPRINT_VERSION: question_fingerprint}
+"""Fingerprint rule by version (glmrag.data.types)."""
+
+
 def seen_questions(
-    questions: Sequence[Question], retrievers: Mapping[str, Any], allow_overlap: bool = False
-) -> dict[str, str]:
+    questions: Sequence[Question], retrievers: Mapping[str, Any], allow_overlap: bool = False, strict: bool = False
+) -> tuple[dict[str, str], dict[str, str]]:
     """System -> how many of ``questions`` its checkpoint trained or validated on, by the question fingerprints
-    the checkpoint records (whatever the dataset is called, whatever split its settings claim).
+    the checkpoint records (whatever the dataset is called, whatever split its settings claim, however the
+    question is spelt); and system -> why that could not be checked fully, for the table's warning: the
+    checkpoint records no questions, or records them by version 1's rule (case and spacing only).
 
     Raises ``ValueError`` naming the checkpoint, the count, an example and the fix when any is found and
-    ``allow_overlap`` is false; returns the overlap (for the table's warning) when it is true.
+    ``allow_overlap`` is false, or when a check is incomplete and ``strict`` is true.
     """
-    scored = {question_fingerprint(q.question): q for q in questions}
     found: dict[str, str] = {}
+    unchecked: dict[str, str] = {}
     for name, path in _checkpoints(retrievers).items():
-        seen = scored.keys() & set(_load(path).get(SEEN_QUESTIONS_KEY, ()))
+        recorded = recorded_questions(path)
+        if recorded is None:
+            unchecked[name] = "its checkpoint records no questions it trained on"
+            continue
+        fingerprints, version = recorded
+        if version not in FINGERPRINTS:
+            raise ValueError(
+                f"retriever {name} ({path}) records question fingerprints of version {version}, which this glmrag "
+                f"does not know (it knows {sorted(FINGERPRINTS)}); upgrade glmrag to evaluate it"
+            )
+        if version != FINGERPRINT_VERSION:
+            unchecked[name] = "its checkpoint records its questions by the older rule (case and spacing only)"
+        scored = {FINGERPRINTS[version](q.question): q for q in questions}
+        seen = scored.keys() & fingerprints
         if not seen:
             continue
         example = scored[min(seen)]
@@ -66,7 +97,15 @@ def seen_questions(
                 "questions it never saw, or pass allow_train_overlap=true to flag the table"
             )
         found[name] = f"{len(seen)} of these {len(scored)} questions"
-    return found
+    if strict and unchecked:
+        name, why = next(iter(unchecked.items()))
+        raise ValueError(
+            f"strict_overlap=true: cannot check retriever {name} ({_checkpoints(retrievers)[name]}) for training "
+            f"questions: {why}. Retrain it with this glmrag, or pass strict_overlap=false to flag the table instead"
+        )
+    for name, why in unchecked.items():
+        log.warning("%s: the overlap with its training questions is not fully checked: %s", name, why)
+    return found, unchecked
 
 
 def _checkpoints(retrievers: Mapping[str, Any]) -> dict[str, str]:
@@ -121,3 +160,14 @@ def overlap_note(overlap: Mapping[str, str]) -> str | None:
         return None
     parts = ", ".join(f"{name} on {what}" for name, what in overlap.items())
     return f"**Warning: evaluated on questions it trained or selected on ({parts}); its scores are inflated.**"
+
+
+def unchecked_note(unchecked: Mapping[str, str]) -> str | None:
+    """The warning line a report prints for checkpoints whose training questions could not be checked."""
+    if not unchecked:
+        return None
+    parts = "; ".join(f"{name}: {why}" for name, why in unchecked.items())
+    return (
+        f"**Warning: not checked for questions it trained on ({parts}); its scores may be inflated. "
+        "strict_overlap=true refuses such a checkpoint.**"
+    )

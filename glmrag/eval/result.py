@@ -42,6 +42,7 @@ JOB_FIELDS = (
     "setup_seconds",
     "data_split",
     "train_overlap",
+    "overlap_unchecked",
     "llm_cost",
     "llm_failures",
     "method_summary",
@@ -89,6 +90,8 @@ class EvalResult:
     """The split the questions came from (``choose_split`` may pick it for a checkpoint)."""
     train_overlap: dict[str, str] = field(default_factory=dict)
     """System -> how many of these questions it trained or validated on ("13 of these 16 questions")."""
+    overlap_unchecked: dict[str, str] = field(default_factory=dict)
+    """System -> why its checkpoint could not be checked (fully) for questions it trained on."""
     llm_cost: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     """System -> ``retriever`` / ``reader`` / ``total`` -> mean per question of each cost field."""
     llm_failures: dict[str, dict] = field(default_factory=dict)

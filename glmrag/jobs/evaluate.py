@@ -249,7 +249,7 @@ class Answered:
 
 
 def _run_eval(cfg: DictConfig, warnings: list[str]) -> EvalResult:
-    dataset, questions, split, overlap = load_questions(cfg)
+    dataset, questions, split, overlap, unchecked = load_questions(cfg)
     index = get_index(load_dataset(cfg.data.name, root=cfg.data.root), cfg.index)
     retrievers = make_retrievers(cfg.retriever)
     ranked = rank_all(cfg, retrievers, questions, index, dataset.corpus)
@@ -257,7 +257,7 @@ def _run_eval(cfg: DictConfig, warnings: list[str]) -> EvalResult:
     result = score(cfg, ranked.rankings, questions, index, answered.answers)
     result.warnings = warnings
     result.ms_per_question, result.setup_seconds = ranked.ms_per_question, ranked.setup_seconds
-    result.data_split, result.train_overlap = split, overlap
+    result.data_split, result.train_overlap, result.overlap_unchecked = split, overlap, unchecked
     add_llm_fields(result, cfg, retrievers, questions, ranked, answered)
     result.config = OmegaConf.to_container(cfg, resolve=True)
     print(format_markdown(result))  # first: the table is on the screen even when the disk is full
@@ -266,10 +266,13 @@ def _run_eval(cfg: DictConfig, warnings: list[str]) -> EvalResult:
     return result
 
 
-def load_questions(cfg: DictConfig) -> tuple[Dataset, list[Question], str | None, dict[str, str]]:
-    """The dataset of ``cfg.data``, its questions, the split they come from, and system -> the questions it
+def load_questions(
+    cfg: DictConfig,
+) -> tuple[Dataset, list[Question], str | None, dict[str, str], dict[str, str]]:
+    """The dataset of ``cfg.data``, its questions, the split they come from, system -> the questions it
     trained on (empty unless ``allow_train_overlap``: a checkpoint is scored on questions it did not see,
-    glmrag/eval/overlap.py)."""
+    glmrag/eval/overlap.py), and system -> why its checkpoint could not be checked (refused with
+    ``strict_overlap``)."""
     allow = cfg.get("allow_train_overlap", False)
     split, overlap = choose_split(cfg.data.name, cfg.data.split, cfg.retriever, allow)
     dataset = load_dataset(cfg.data.name, split=split, limit=cfg.data.limit, root=cfg.data.root)
@@ -281,8 +284,8 @@ def load_questions(cfg: DictConfig) -> tuple[Dataset, list[Question], str | None
         dataset.report.summary(),
     )
     questions = list(dataset.qa)
-    overlap |= seen_questions(questions, cfg.retriever, allow)
-    return dataset, questions, split, overlap
+    found, unchecked = seen_questions(questions, cfg.retriever, allow, cfg.get("strict_overlap", False))
+    return dataset, questions, split, overlap | found, unchecked
 
 
 def rank_all(

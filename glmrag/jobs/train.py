@@ -194,6 +194,7 @@ def evaluation_config(cfg: DictConfig, ckpt_path: str, dataset: str | None = Non
         "n_boot": cfg.n_boot,
         "seed": cfg.seed,
         "allow_train_overlap": bool(cfg.get("allow_train_overlap", False)),
+        "strict_overlap": bool(cfg.get("strict_overlap", False)),
         "quiet": bool(cfg.get("quiet", False)),
     }
     for key, value in values.items():

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 SEEN_QUESTIONS_KEY = "glmrag_seen_questions"
 """Checkpoint entry: the sorted fingerprints of the questions the run trained and validated on."""
+SEEN_VERSION_KEY = "glmrag_seen_questions_version"
+"""Checkpoint entry: the rule that made those fingerprints (:data:`glmrag.data.types.FINGERPRINT_VERSION`)."""
 PATH_KEYS = ("best_model_path", "kth_best_model_path", "last_model_path")
 """The paths a ModelCheckpoint's state holds besides its ``best_k_models``."""
 

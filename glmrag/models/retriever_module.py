@@ -27,10 +27,11 @@ from lightning import LightningModule
 from torch import nn
 from torchmetrics import MaxMetric, MeanMetric, Metric
 
+from glmrag.data.types import FINGERPRINT_VERSION
 from glmrag.index.ranking import DOC_RANKER_ENTITIES, RANKERS
 from glmrag.index.ranking_metrics import retrieval_metrics
 from glmrag.io import plain_container
-from glmrag.models.checkpointing import SEEN_QUESTIONS_KEY, nest_flat_hparams, saved_hparams
+from glmrag.models.checkpointing import SEEN_QUESTIONS_KEY, SEEN_VERSION_KEY, nest_flat_hparams, saved_hparams
 from glmrag.models.kg_datamodule import settings_from
 from glmrag.nn.prior import PriorSettings
 
@@ -245,6 +246,7 @@ class RetrieverModule(LightningModule, ABC):
         seen = getattr(datamodule, "seen_questions", None)
         if seen is not None:
             checkpoint[SEEN_QUESTIONS_KEY] = sorted(seen)
+            checkpoint[SEEN_VERSION_KEY] = FINGERPRINT_VERSION
 
     def configure_optimizers(self) -> Any:
         """The optimizer, and the scheduler if one is set: a plain ``optimizer -> LRScheduler`` factory steps

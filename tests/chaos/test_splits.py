@@ -1,18 +1,21 @@
-"""Training questions are never scored as test questions (issue 22, probes 61-64): the same files under another
-dataset name, a checkpoint whose stored splits lie, and a training split that is the test split."""
+"""Training questions are never scored as test questions (issue 22, probes 61-64; issue 37, probes 1-2): the same
+files under another dataset name or in another spelling, a checkpoint whose stored splits lie or that records no
+questions, and a training split that is the test split."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
 from glmrag.data import registry
+from glmrag.data.types import canonical_question, question_fingerprint, question_fingerprint_v1
 from glmrag.jobs.config_check import ConfigError, validate_train_config
 from glmrag.jobs.evaluate import run_eval
 from glmrag.jobs.train import run_train
-from glmrag.models.checkpointing import SEEN_QUESTIONS_KEY
+from glmrag.models.checkpointing import SEEN_QUESTIONS_KEY, SEEN_VERSION_KEY
 from tests.chaos.conftest import compose_config
 
 pytestmark = pytest.mark.chaos
@@ -41,20 +44,25 @@ def evaluate(checkpoint: Path, tmp: Path, *overrides: str):
     return run_eval(compose_config("eval", [*base, f"results_dir={tmp / 'r'}", *overrides]))
 
 
+RUN = "gfm_rag_plus_demo-musique_tiny"
+"""The checkpoint's system name in the tables (named by its run)."""
+
+
 def test_a_checkpoint_records_the_questions_it_trained_and_validated_on(checkpoint):
-    seen = torch.load(checkpoint, weights_only=True)[SEEN_QUESTIONS_KEY]
+    ckpt = torch.load(checkpoint, weights_only=True)
+    seen = ckpt[SEEN_QUESTIONS_KEY]
     assert len(seen) == 13 and seen == sorted(seen)  # 10 training + 3 validation questions
+    assert ckpt[SEEN_VERSION_KEY] == 2
 
 
 def test_the_same_files_under_another_name_are_refused_then_flagged(checkpoint, tiny_musique_files, tmp_path):
     questions, corpus = tiny_musique_files
     copy = ["data=files", "data.format=hipporag", "data.name=small_copy", f"data.questions={questions}"]
     copy += [f"data.corpus={corpus}", "data.split=null"]
-    run = "gfm_rag_plus_demo-musique_tiny"  # the checkpoint's system is named by its run
-    with pytest.raises(ValueError, match=rf"retriever {run} .* trained or validated on 13 of the 16 questions"):
+    with pytest.raises(ValueError, match=rf"retriever {RUN} .* trained or validated on 13 of the 16 questions"):
         evaluate(checkpoint, tmp_path, *copy)
     result = evaluate(checkpoint, tmp_path, *copy, "allow_train_overlap=true")
-    assert result.train_overlap == {run: "13 of these 16 questions"}
+    assert result.train_overlap == {RUN: "13 of these 16 questions"}
     assert "evaluated on questions it trained or selected on" in (tmp_path / "eval" / "results.md").read_text()
 
 
@@ -65,6 +73,88 @@ def test_stored_splits_that_lie_do_not_decide(checkpoint, tiny_musique, tmp_path
     torch.save(ckpt, lying)
     with pytest.raises(ValueError, match=r"trained or validated on 10 of the 10 questions"):
         evaluate(lying, tmp_path, "data=musique100", f"data.name={tiny_musique}", "data.split=null")
+
+
+QUESTION = "Who is the father of Brad's wife?"
+SPELLINGS = {
+    "no question mark": "Who is the father of Brad's wife",
+    "full-width first letter": "\uff37ho is the father of Brad's wife?",
+    "zero-width space": "Who is the\u200b father of Brad's wife?",
+    "curly apostrophe": "Who is the father of Brad\u2019s wife?",
+    "no-break space": "Who is the\u00a0father of Brad's wife?",
+    "upper case and spacing": "  WHO IS THE FATHER   OF BRAD'S WIFE?",
+}
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_a_question_has_one_fingerprint_in_every_spelling(spelling):
+    assert question_fingerprint(SPELLINGS[spelling]) == question_fingerprint(QUESTION)
+    assert canonical_question(QUESTION) == "who is the father of brads wife"
+    assert question_fingerprint("Who is the mother of Brad's wife?") != question_fingerprint(QUESTION)
+
+
+def respelt(text: str) -> str:
+    """Every spelling change of :data:`SPELLINGS` at once: full-width first letter, zero-width and no-break spaces,
+    upper case, curly apostrophes, no question mark."""
+    first, rest = text[0], text[1:]
+    if "!" <= first <= "~":
+        first = chr(ord(first) + 0xFEE0)  # the full-width form, which NFKC maps back
+    words = (first + rest).replace("'", "\u2019").rstrip("?").upper().split(" ")
+    return " \u200b".join(words[:2]) + " " + "\u00a0".join(words[2:])
+
+
+def test_respelt_questions_under_new_ids_and_another_name_are_refused(checkpoint, tiny_musique_files, tmp_path):
+    questions, corpus = tiny_musique_files
+    records = json.loads(questions.read_text())
+    for i, record in enumerate(records):
+        record["question"], record["id"] = respelt(record["question"]), f"new-{i}"
+    respelt_file = tmp_path / "respelt.json"
+    respelt_file.write_text(json.dumps(records))
+    copy = ["data=files", "data.format=hipporag", "data.name=respelt", f"data.questions={respelt_file}"]
+    copy += [f"data.corpus={corpus}", "data.split=null"]
+    with pytest.raises(ValueError, match=rf"retriever {RUN} .* trained or validated on 13 of the 16 questions"):
+        evaluate(checkpoint, tmp_path, *copy)
+
+
+def resaved(checkpoint: Path, path: Path, **entries) -> Path:
+    """``checkpoint`` saved again at ``path`` with ``entries`` set (None: removed)."""
+    ckpt = torch.load(checkpoint, weights_only=True)
+    for key, value in entries.items():
+        if value is None:
+            ckpt.pop(key)
+        else:
+            ckpt[key] = value
+    torch.save(ckpt, path)
+    return path
+
+
+@pytest.mark.parametrize("seen", [None, []], ids=["key removed", "empty"])
+def test_a_checkpoint_that_records_no_questions_is_flagged_or_refused(checkpoint, tiny_musique, tmp_path, seen):
+    silent = resaved(checkpoint, tmp_path / "silent.ckpt", **{SEEN_QUESTIONS_KEY: seen})
+    data = ["data=musique100", f"data.name={tiny_musique}", "data.split=test"]
+    result = evaluate(silent, tmp_path, *data)
+    assert result.overlap_unchecked == {RUN: "its checkpoint records no questions it trained on"}
+    report = (tmp_path / "eval" / "results.md").read_text()
+    assert f"| {RUN} (ref) (training questions not checked) |" in report and "not checked for questions" in report
+    assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["settings"]["overlap_unchecked"]
+    with pytest.raises(ValueError, match=rf"strict_overlap=true: cannot check retriever {RUN}"):
+        evaluate(silent, tmp_path, *data, "strict_overlap=true")
+
+
+def test_a_checkpoint_of_the_older_rule_is_still_guarded_and_flagged(checkpoint, tiny_musique_files, tmp_path):
+    questions, corpus = tiny_musique_files
+    records = json.loads(questions.read_text())
+    legacy = sorted(question_fingerprint_v1(r["question"]) for r in records[:13])  # what older glmrag recorded
+    old = resaved(checkpoint, tmp_path / "old.ckpt", **{SEEN_QUESTIONS_KEY: legacy, SEEN_VERSION_KEY: None})
+    copy = ["data=files", "data.format=hipporag", "data.name=old_copy", f"data.questions={questions}"]
+    copy += [f"data.corpus={corpus}", "data.split=null"]
+    with pytest.raises(ValueError, match=r"trained or validated on 13 of the 16 questions"):
+        evaluate(old, tmp_path, *copy)
+    result = evaluate(old, tmp_path, *copy, "allow_train_overlap=true")
+    assert result.train_overlap == {RUN: "13 of these 16 questions"}
+    assert result.overlap_unchecked == {
+        RUN: "its checkpoint records its questions by the older rule (case and spacing only)"
+    }
 
 
 def test_training_on_the_split_the_run_scores_is_refused_before_training(train_config):
