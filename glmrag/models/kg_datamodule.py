@@ -16,6 +16,7 @@ import torch
 from lightning import LightningDataModule
 from torch.utils.data import DataLoader
 
+from glmrag.data import registry
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import Corpus, Question, question_fingerprint
 from glmrag.index.embed import DEFAULT_MODEL
@@ -96,6 +97,9 @@ class KGDataModule(LightningDataModule, ABC):
         self._passage_emb: dict[str, torch.Tensor] = {}
         self.seen_questions: set[str] = set()
         """:func:`~glmrag.data.types.question_fingerprint` of every training and validation question read."""
+        self._split_texts: dict[str, dict[str, tuple[str, Question]]] = {}
+        """Split name -> fingerprint -> ``(dataset, question)`` of every question read, to refuse a question
+        whose text recurs in another split (:meth:`_refuse_shared_text`)."""
 
     @staticmethod
     def plain_arguments(
@@ -140,9 +144,37 @@ class KGDataModule(LightningDataModule, ABC):
         questions = list(load_dataset(name, split=hp[split_name], limit=hp.limit, root=hp.root).qa)
         if split_name == "train_split":
             questions = fraction_of(questions, hp.train_fraction, hp.seed)
+        texts = self._split_texts.setdefault(split_name, {})
+        texts.update((question_fingerprint(q.question), (name, q)) for q in questions)
+        self._refuse_shared_text(split_name)
         if split_name in ("train_split", "val_split"):
-            self.seen_questions.update(question_fingerprint(q.question) for q in questions)
+            self.seen_questions.update(texts)
         return questions
+
+    def _refuse_shared_text(self, split_name: str) -> None:
+        """Raise ``ValueError`` when a question of ``split_name`` has the text of one in another split.
+
+        Splits are assigned by question id (:func:`~glmrag.data.registry.split_assignment`), so a file that
+        repeats a question under a new id would put the same text in training and test; comparing
+        fingerprints (case, punctuation and Unicode spelling ignored) refuses that before any work, across
+        every dataset of the run. Two split names configured to the same split (training on the test
+        questions on purpose) are not compared.
+        """
+        hp, texts = self.hparams, self._split_texts[split_name]
+        for other, other_texts in self._split_texts.items():
+            if other == split_name or hp[other] == hp[split_name]:
+                continue
+            shared = sorted(texts.keys() & other_texts.keys())
+            if not shared:
+                continue
+            (name, q), (other_name, other_q) = texts[shared[0]], other_texts[shared[0]]
+            files = ", ".join(registry.DATASETS[name].files)
+            raise ValueError(
+                f"{len(shared)} question(s) of {name}'s {hp[split_name]!r} split repeat the text of "
+                f"{other_name}'s {hp[other]!r} split, e.g. {q.id!r} and {other_q.id!r}: {q.question!r} "
+                f"(files: {files}); splits are assigned by id, so a question repeated under a new id crosses "
+                "them. Remove the repeated questions from the questions file."
+            )
 
     def _index_cfg(self, name: str) -> dict[str, Any]:
         return dataset_index_config(self.hparams.index, name)

@@ -1,6 +1,6 @@
-"""Training questions are never scored as test questions (issue 22, probes 61-64; issue 37, probes 1-2): the same
-files under another dataset name or in another spelling, a checkpoint whose stored splits lie or that records no
-questions, and a training split that is the test split."""
+"""Training questions are never scored as test questions (issue 22, probes 61-64; issue 37, probes 1, 2 and 4): the
+same files under another dataset name or in another spelling, a checkpoint whose stored splits lie or that records no
+questions, a training split that is the test split, and one questions file that repeats a question under a new id."""
 
 from __future__ import annotations
 
@@ -170,3 +170,19 @@ def test_training_on_the_split_the_run_scores_is_refused_before_training(train_c
         validate_train_config(cfg)
     transfer = ["experiment=demo", "output_dir=x", "datamodule.train_split=test", "test=false", "eval_data=[2wiki_dev]"]
     validate_train_config(train_config(transfer))  # the test split of another dataset is no overlap
+
+
+def test_questions_repeated_under_new_ids_are_refused_before_training(tiny_musique_files, glmrag_cache, tmp_path):
+    questions, corpus = tiny_musique_files
+    records = json.loads(questions.read_text())
+    doubled = tmp_path / "doubled.json"  # splits follow ids: the copies land in other splits than their originals
+    doubled.write_text(json.dumps(records + [{**r, "id": f"copy-{i}"} for i, r in enumerate(records)]))
+    overrides = ["experiment=demo", "data=files", "data.format=hipporag", "data.name=doubled"]
+    overrides += [f"data.questions={doubled}", f"data.corpus={corpus}", "model.gnn.hidden_channels=8"]
+    overrides += ["model.gnn.num_layers=1", "trainer.max_epochs=1", "logger=[csv]", "callbacks.rich_progress_bar=null"]
+    overrides += [f"output_dir={tmp_path / 'out'}", f"results_dir={tmp_path / 'r'}"]
+    overrides += [f"checkpoint_dir={tmp_path / 'run'}"]
+    with pytest.raises(ValueError, match=r"question\(s\) of doubled's '\w+' split repeat the text of doubled's") as err:
+        run_train(compose_config("train", overrides))
+    assert "doubled.json" in str(err.value) and "Remove the repeated questions" in str(err.value)
+    assert not list(tmp_path.rglob("*.ckpt"))  # refused in setup, before the first step
