@@ -133,13 +133,38 @@ def local_checkpoint(path: str | os.PathLike[str] | None, key: str = "ckpt_path"
     return local
 
 
+def verify_checkpoint(path: str | os.PathLike[str], key: str = "ckpt_path") -> Path:
+    """``path`` when every member of its zip (torch's checkpoint format) matches its stored CRC-32; else
+    :class:`CheckpointPathError` naming the file and the member: a checkpoint changed after it was written (a
+    disk or copy error, one flipped bit) would otherwise load and score plausible, wrong numbers. Reads the
+    whole file once (about 1 s a GB)."""
+    import zipfile
+
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, EOFError, OSError) as err:
+        raise CheckpointPathError(
+            f"{key}={path}: the file is truncated or not a torch checkpoint ({type(err).__name__}: {err}); use "
+            "another checkpoint of its folder, or copy it again"
+        ) from err
+    if bad is not None:
+        raise CheckpointPathError(
+            f"{key}={path}: corrupted: its member {bad!r} fails its CRC-32 check (the file changed after it was "
+            "written: a disk or copy error); use another checkpoint of its folder, or copy it again from its source"
+        )
+    return path
+
+
 def load_checkpoint_dict(path: str | os.PathLike[str], key: str = "ckpt_path") -> dict:
-    """The checkpoint dict of a local file, unpickled weights-only (tensors and plain values, never code)."""
+    """The checkpoint dict of a local file whose CRCs hold (:func:`verify_checkpoint`), unpickled weights-only
+    (tensors and plain values, never code)."""
     import pickle
 
     import torch
 
-    local = local_checkpoint(path, key)
+    local = verify_checkpoint(local_checkpoint(path, key), key)
     try:
         ckpt = torch.load(local, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as err:

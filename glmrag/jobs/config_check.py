@@ -179,6 +179,8 @@ def validate_train_config(cfg: DictConfig) -> None:
         raise ConfigError(f"seed={OmegaConf.select(cfg, 'seed')!r}: must be an integer")
     if cfg.get("ckpt_path") not in (None, "last"):  # last: the newest checkpoint of the run, if any
         check_checkpoint(cfg.ckpt_path, "ckpt_path")
+    if init_from := OmegaConf.select(cfg, "model.init_from", default=None):
+        check_checkpoint(init_from, "model.init_from")
     positive_int(cfg, "datamodule.limit", allow_none=True)
     check_epochs(cfg)
     check_model(cfg)

@@ -23,7 +23,7 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from glmrag.io import CheckpointPathError, atomic_write_stream
+from glmrag.io import CheckpointPathError, atomic_write_stream, verify_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +36,16 @@ PATH_KEYS = ("best_model_path", "kth_best_model_path", "last_model_path")
 
 
 def readable_checkpoint(path: str | os.PathLike[str], key: str = "ckpt_path") -> Path:
-    """``path`` when it is a whole checkpoint (torch's zip format, central directory present); else
-    :class:`CheckpointPathError` naming it: a kill while it was written, or not a checkpoint."""
+    """``path`` when it is a whole checkpoint (torch's zip format, central directory present) whose members
+    match their CRCs (:func:`~glmrag.io.verify_checkpoint`); else :class:`CheckpointPathError` naming it: a kill
+    while it was written, a flipped bit since, or not a checkpoint."""
     path = Path(path)
     if path.stat().st_size == 0 or not zipfile.is_zipfile(path):
         raise CheckpointPathError(
             f"{key}={path}: the file is truncated or not a torch checkpoint ({path.stat().st_size} bytes; a kill "
             "while it was written?); resume from another checkpoint of its folder, or delete it to start afresh"
         )
-    return path
+    return verify_checkpoint(path, key)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -28,6 +28,7 @@ from glmrag.graph.subgraph import Subgraph, select_subgraph
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.index.ranking import rank_passages, top_k_stable
+from glmrag.io import load_checkpoint_dict
 from glmrag.models.glm_inputs import SubgraphSettings
 from glmrag.models.losses import gfm_rag_loss, passage_list_ce
 from glmrag.models.retriever_module import Evaluation, LossWeights, RetrieverModule, prior_settings, typed_settings
@@ -245,7 +246,7 @@ class GNNRetrieverModule(RetrieverModule):
 
     def load_gnn_weights(self, ckpt_path: str) -> None:
         """Copy the GNN weights of a checkpoint of this module (any stage) into ``self.gnn`` (strict)."""
-        state = torch.load(ckpt_path, map_location="cpu", weights_only=True)["state_dict"]
+        state = load_checkpoint_dict(ckpt_path, "model.init_from")["state_dict"]
         self.gnn.load_state_dict({k.removeprefix("gnn."): v for k, v in state.items() if k.startswith("gnn.")})
 
     def graph(self, kg: str) -> GraphInputs:

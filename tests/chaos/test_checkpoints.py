@@ -1,17 +1,23 @@
-"""Checkpoints and run folders under attack and accident (issue 22, probes 52-60): a checkpoint naming files
-outside its run folder, a kill while last.ckpt is written, two runs in one folder, a moved run folder, and a
-resume with another architecture. Each runs ``run_train`` on musique_tiny (16 questions) in seconds."""
+"""Checkpoints and run folders under attack and accident (issue 22, probes 52-60; issue 37, probe 5): a checkpoint
+naming files outside its run folder, a kill while last.ckpt is written, two runs in one folder, a moved run folder,
+a resume with another architecture, and a checkpoint with one flipped bit. Each runs ``run_train`` on musique_tiny
+(16 questions) in seconds."""
 
 from __future__ import annotations
 
+import re
 import shutil
+import struct
+import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 from stand_ins import frozen_demo
 
+from glmrag.io import CheckpointPathError, load_checkpoint_dict
 from glmrag.jobs.config_check import ConfigError
+from glmrag.jobs.evaluate import run_eval
 from glmrag.jobs.run_folder import RunFolderBusy, resume_checkpoint, run_folder_lock
 from glmrag.jobs.train import run_train
 from glmrag.models.checkpointing import AtomicCheckpointIO, CheckpointMismatchError
@@ -134,3 +140,32 @@ def test_a_resume_with_another_architecture_names_the_difference(trained, tiny_m
     overrides = job(tiny_musique, tmp_path, "model.gnn.hidden_channels=16", f"ckpt_path={run / 'last.ckpt'}")
     with pytest.raises(CheckpointMismatchError, match=r"hidden_channels: 8 in the checkpoint, 16 here"):
         run_train(compose_config("train", overrides))
+
+
+def flip_a_bit(source: Path, target: Path) -> str:
+    """``source`` copied to ``target`` with one bit flipped in its largest tensor; returns that zip member's name."""
+    with zipfile.ZipFile(source) as archive:
+        member = max((i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    blob = bytearray(source.read_bytes())
+    name_len, extra_len = struct.unpack("<HH", blob[member.header_offset + 26 : member.header_offset + 30])
+    start = member.header_offset + 30 + name_len + extra_len  # the member's bytes (torch stores, never deflates)
+    blob[start + member.file_size // 2] ^= 0x40  # an exponent bit of a float32: a weight becomes huge
+    target.write_bytes(bytes(blob))
+    return member.filename
+
+
+def test_a_checkpoint_with_one_flipped_bit_is_refused_wherever_it_is_read(trained, tiny_musique, tmp_path):
+    (best,) = trained.glob("epoch*.ckpt")
+    member = flip_a_bit(best, tmp_path / "flipped.ckpt")
+    assert torch.load(tmp_path / "flipped.ckpt", weights_only=True)  # torch itself loads it without a word
+    named = rf"flipped\.ckpt: corrupted: its member '{re.escape(member)}' fails its CRC-32 check"
+    with pytest.raises(CheckpointPathError, match=named):  # the Python API's and the checkpoint retriever's loader
+        load_checkpoint_dict(tmp_path / "flipped.ckpt")
+    evaluate = ["retriever=[checkpoint,dense]", f"ckpt_path={tmp_path / 'flipped.ckpt'}", "data=musique100"]
+    evaluate += [f"data.name={tiny_musique}", f"output_dir={tmp_path / 'eval'}", f"results_dir={tmp_path / 'r'}"]
+    with pytest.raises(ConfigError, match=named):
+        run_eval(compose_config("eval", evaluate))
+    for key in ("ckpt_path", "model.init_from"):  # a resume, and weights copied into a new run
+        with pytest.raises(ConfigError, match=rf"{key}=.*{named}"):
+            run_train(compose_config("train", job(tiny_musique, tmp_path, f"{key}={tmp_path / 'flipped.ckpt'}")))
+    assert not (tmp_path / "eval").exists()
