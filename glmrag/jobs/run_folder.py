@@ -78,22 +78,30 @@ def resume_folder(cfg: DictConfig) -> DictConfig:
 
 
 class RunFolderBusy(RuntimeError):
-    """Another live run writes the same checkpoint folder (its ``last.ckpt`` would replace this run's)."""
+    """Another live run writes the same checkpoint folder (its ``last.ckpt`` would replace this run's), or the
+    folder's lock cannot be taken, so that no one could tell."""
 
 
 @contextlib.contextmanager
 def run_folder_lock(cfg: DictConfig) -> Iterator[None]:
-    """Hold ``<checkpoint_dir>``'s lock (a file beside it, naming this run) while the job runs; raise
-    :class:`RunFolderBusy` when another live run holds it. Only the launching process (rank 0) takes it:
-    the DDP ranks it starts write the same folder by design."""
+    """Hold ``<checkpoint_dir>``'s lock (a file beside the real folder, symlinks resolved, naming this run) while
+    the job runs; raise :class:`RunFolderBusy` when another live run holds it or when the lock file cannot be
+    opened. Only the launching process (rank 0) takes it: the DDP ranks it starts write the same folder by
+    design."""
     if rank_zero_only.rank != 0:
         yield
         return
-    folder = Path(cfg.checkpoint_dir)
+    folder = Path(cfg.checkpoint_dir).resolve()  # two spellings of one folder (a symlink) share one lock
     folder.parent.mkdir(parents=True, exist_ok=True)
     lock = folder.parent / f".{folder.name}.lock"
     try:
-        with file_lock(lock, timeout=0, what="the run folder lock"):
+        with file_lock(lock, timeout=0, what="the run folder lock") as locked:
+            if not locked:
+                raise RunFolderBusy(
+                    f"checkpoint_dir={cfg.checkpoint_dir}: its lock file {lock} cannot be opened (a folder of that "
+                    "name, or no write access there), so a second run in the folder could not be refused; remove "
+                    "it or give this run another folder (run_id=... or checkpoint_dir=...)"
+                )
             yield
     except LockTimeout as err:
         raise RunFolderBusy(

@@ -1,6 +1,7 @@
-"""Checkpoints and run folders under attack and accident (issue 22, probes 52-60; issue 37, probe 5): a checkpoint
+"""Checkpoints and run folders under attack and accident (issue 22, probes 52-60; issue 37, probes 5-7): a checkpoint
 naming files outside its run folder, a kill while last.ckpt is written, two runs in one folder, a moved run folder,
-a resume with another architecture, and a checkpoint with one flipped bit. Each runs ``run_train`` on musique_tiny
+a resume with another architecture, a checkpoint with one flipped bit, and a run folder reached through a
+symlink or whose lock cannot be opened. Each runs ``run_train`` on musique_tiny
 (16 questions) in seconds."""
 
 from __future__ import annotations
@@ -124,6 +125,26 @@ def test_a_second_run_in_a_live_run_folder_is_refused(tiny_musique, tmp_path):
             run_train(cfg)
     with run_folder_lock(cfg):  # released when the first run ended
         pass
+
+
+def test_a_symlink_to_a_live_run_folder_is_refused_too(tiny_musique, tmp_path):
+    (tmp_path / "x" / "run").mkdir(parents=True)
+    (tmp_path / "y").mkdir()
+    (tmp_path / "y" / "link").symlink_to(tmp_path / "x" / "run")
+    first = compose_config("train", job(tiny_musique, tmp_path, f"checkpoint_dir={tmp_path / 'x' / 'run'}"))
+    second = compose_config("train", job(tiny_musique, tmp_path, f"checkpoint_dir={tmp_path / 'y' / 'link'}"))
+    with run_folder_lock(first):  # one real folder, one lock: both spellings take x/.run.lock
+        with pytest.raises(RunFolderBusy, match=r"belongs to a run that is still going"):
+            run_train(second)
+    assert not (tmp_path / "y" / ".link.lock").exists()
+
+
+def test_a_run_folder_whose_lock_cannot_be_opened_is_refused(tiny_musique, tmp_path):
+    (tmp_path / ".shared.lock").mkdir()  # the lock's name taken by a folder: os.open fails
+    cfg = compose_config("train", job(tiny_musique, tmp_path, f"checkpoint_dir={tmp_path / 'shared'}"))
+    with pytest.raises(RunFolderBusy, match=r"\.shared\.lock cannot be opened"):
+        run_train(cfg)
+    assert not list(tmp_path.rglob("*.ckpt"))
 
 
 def test_a_moved_run_folder_keeps_its_best_score(trained, tiny_musique, tmp_path):
