@@ -8,7 +8,8 @@ checked here too (set, local, existing): a remote one would be unpickled by Ligh
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterator, Mapping
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -71,11 +72,73 @@ def _checkpoint_nodes(retrievers: Mapping | None) -> list[tuple[str, object]]:
     ]
 
 
+def _is_number(value) -> bool:
+    """A finite int or float (not a bool, not NaN or inf)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def non_negative(cfg: DictConfig, key: str) -> None:
-    """``cfg.<key>``, when set, as a number >= 0 (a loss weight: a negative one trains on a negated loss)."""
+    """``cfg.<key>``, when set, as a finite number >= 0 (a loss weight: a negative one trains on a negated loss)."""
     value = OmegaConf.select(cfg, key)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
-        raise ConfigError(f"{key}={value!r}: must be a number >= 0")
+    if value is not None and (not _is_number(value) or value < 0):
+        raise ConfigError(f"{key}={value!r}: must be a finite number >= 0")
+
+
+def _leaves(node, prefix: str = "") -> Iterator[tuple[str, object]]:
+    """``(dotted key, value)`` of every leaf of a config, ``hydra`` and values that do not resolve yet skipped."""
+    items = node.items_ex(resolve=False) if isinstance(node, DictConfig) else enumerate(node)
+    for key, _ in items:
+        if prefix == "" and key == "hydra":
+            continue
+        try:
+            value = node[key]
+        except Exception:  # noqa: BLE001 (an interpolation of a resolver that only a running job has)
+            continue
+        if isinstance(value, DictConfig | ListConfig):
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def check_finite(cfg: DictConfig) -> None:
+    """No setting anywhere is NaN or infinite (``model.loss.bce_weight=nan`` trained on NaN and wrote a table of
+    zeros; ``lr=inf`` likewise): the first such key is a :class:`ConfigError`."""
+    for key, value in _leaves(cfg):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key}={value!r}: must be a finite number")
+
+
+OPTIMIZER_RANGES = {"lr": (0.0, False), "weight_decay": (0.0, True), "eps": (0.0, False), "momentum": (0.0, True)}
+"""``model.optimizer`` keys: the lower bound and whether it is allowed (lr 0 is refused: nothing would train; the
+GLM's two rates, ``model.lr``, allow 0 for an untrained twin)."""
+
+
+def check_optimizer(cfg: DictConfig) -> None:
+    """``model.optimizer``'s numbers (torch checks them only when it builds the optimizer, after the index and
+    the data are loaded) and the GLM's ``model.lr``: finite numbers in range, named by key."""
+    for key, (low, inclusive) in OPTIMIZER_RANGES.items():
+        value = OmegaConf.select(cfg, f"model.optimizer.{key}", default=None)
+        if value is not None and (not _is_number(value) or value < low or (value == low and not inclusive)):
+            bound = f">= {low:g}" if inclusive else f"> {low:g}"
+            raise ConfigError(f"model.optimizer.{key}={value!r}: must be a finite number {bound}")
+    betas = OmegaConf.select(cfg, "model.optimizer.betas", default=None)
+    pair = isinstance(betas, ListConfig | list) and len(betas) == 2
+    if betas is not None and not (pair and all(_is_number(b) and 0 <= b < 1 for b in betas)):
+        raise ConfigError(f"model.optimizer.betas={betas!r}: must be two numbers in [0, 1), e.g. [0.9, 0.999]")
+    for key in ("model.lr.head", "model.lr.backbone"):
+        non_negative(cfg, key)
+
+
+DATAMODULE_INTS = {"batch_size": False, "num_workers": True, "shard_size": False}
+"""``datamodule`` integers and whether they may be 0 (``num_workers`` null: chosen from the cores)."""
+
+
+def check_datamodule(cfg: DictConfig) -> None:
+    """``datamodule``'s integers: ``batch_size=abc`` failed in a log format string after the index was built."""
+    for key, zero in DATAMODULE_INTS.items():
+        value = OmegaConf.select(cfg, f"datamodule.{key}", default=None)
+        if value is not None and (not _is_int(value) or value < (0 if zero else 1)):
+            raise ConfigError(f"datamodule.{key}={value!r}: must be an integer >= {0 if zero else 1}")
 
 
 LOSS_WEIGHTS = ("model.loss.bce_weight", "model.loss.listce_weight", "model.loss.passage_weight")
@@ -83,6 +146,9 @@ LOSS_WEIGHTS = ("model.loss.bce_weight", "model.loss.listce_weight", "model.loss
 MODEL_SIZES = ("model.gnn.hidden_channels", "model.gnn.num_layers", "model.subgraph.max_hops")
 MODEL_SIZES += ("model.evaluation.top_entities",)
 """Model settings that must be integers >= 1 when the model has them."""
+MODEL_BOUNDS = {"model.gnn.num_layers": 64, "model.gnn.hidden_channels": 65536}
+"""Sanity bounds on the GNN's size: 16 times the papers' largest (6 layers, GLM-RAG Table 14; 4096 channels, the
+capacity-matched pairs of Table 18). ``num_layers=1000000`` built for 110 s at 2.3 GB and more without a word."""
 
 
 def check_model(cfg: DictConfig) -> None:
@@ -91,6 +157,13 @@ def check_model(cfg: DictConfig) -> None:
     for key in MODEL_SIZES:
         if OmegaConf.select(cfg, key) is not None:
             positive_int(cfg, key)
+    for key, bound in MODEL_BOUNDS.items():
+        if (value := OmegaConf.select(cfg, key, default=None)) is not None and value > bound:
+            raise ConfigError(
+                f"{key}={value}: above the sanity bound {bound} (16 times the papers' largest); a model that size "
+                "takes minutes and gigabytes just to build. Raise MODEL_BOUNDS in glmrag/jobs/config_check.py if "
+                "you mean it"
+            )
     positive_int(cfg, "model.subgraph.max_triplets", allow_none=True)  # null: the whole KG (GFM-RAG)
     for key in LOSS_WEIGHTS:
         non_negative(cfg, key)
@@ -152,6 +225,7 @@ def check_held_out(cfg: DictConfig) -> None:
 
 def validate_eval_config(cfg: DictConfig) -> None:
     """Every ``eval.py`` setting that the job reads with a range: raises :class:`ConfigError` on the first bad one."""
+    check_finite(cfg)
     ks = check_ks(cfg)
     top_k = positive_int(cfg, "top_k", allow_none=True)
     if top_k is not None and top_k < max(ks):
@@ -172,6 +246,7 @@ def validate_eval_config(cfg: DictConfig) -> None:
 
 def validate_train_config(cfg: DictConfig) -> None:
     """Every ``train.py`` setting that the job reads with a range: raises :class:`ConfigError` on the first bad one."""
+    check_finite(cfg)
     check_ks(cfg)
     positive_int(cfg, "n_boot")
     positive_int(cfg, "data.limit", allow_none=True)
@@ -183,5 +258,7 @@ def validate_train_config(cfg: DictConfig) -> None:
         check_checkpoint(init_from, "model.init_from")
     positive_int(cfg, "datamodule.limit", allow_none=True)
     check_epochs(cfg)
+    check_optimizer(cfg)
+    check_datamodule(cfg)
     check_model(cfg)
     check_held_out(cfg)

@@ -85,9 +85,25 @@ MEANINGLESS = [  # issue 22 probes 70-78: typed right, meaning nothing
     ("train", "datamodule.limit=0", r"datamodule.limit=0: must be an integer >= 1 or null"),
     ("train", "model.subgraph.max_triplets=0", r"model.subgraph.max_triplets=0: must be an integer >= 1 or null"),
     ("train", "model.subgraph.max_hops=0", r"model.subgraph.max_hops=0: must be an integer >= 1"),
-    ("train", "model.loss.bce_weight=-5", r"model.loss.bce_weight=-5: must be a number >= 0"),
+    ("train", "model.loss.bce_weight=-5", r"model.loss.bce_weight=-5: must be a finite number >= 0"),
     ("train", "model.loss.bce_weight=0 model.loss.listce_weight=0", r"are all 0: nothing would be trained"),
     ("train", "experiment=glm_demo model.subgraph.max_triplets=0", r"model.subgraph.max_triplets=0"),
+]
+
+MEANINGLESS += [  # issue 37 probes 13-15: values that are not numbers, or not sane ones
+    ("train", "model.loss.bce_weight=nan", r"model.loss.bce_weight=nan: must be a finite number"),
+    ("train", "model.optimizer.lr=inf", r"model.optimizer.lr=inf: must be a finite number"),
+    ("train", "model.optimizer.lr=-1", r"model.optimizer.lr=-1: must be a finite number > 0"),
+    ("train", "model.optimizer.lr=0", r"model.optimizer.lr=0: must be a finite number > 0"),
+    ("train", "model.optimizer.lr=abc", r"model.optimizer.lr='abc': must be a finite number > 0"),
+    ("train", "model.optimizer.weight_decay=-0.1", r"model.optimizer.weight_decay=-0.1: must be a finite number >= 0"),
+    ("train", "+model.optimizer.betas=[0.9,1.5]", r"model.optimizer.betas=\[0.9, 1.5\]: must be two numbers in"),
+    ("train", "datamodule.batch_size=abc", r"datamodule.batch_size='abc': must be an integer >= 1"),
+    ("train", "datamodule.batch_size=0", r"datamodule.batch_size=0: must be an integer >= 1"),
+    ("train", "model.gnn.num_layers=1000000", r"model.gnn.num_layers=1000000: above the sanity bound 64"),
+    ("train", "experiment=glm_demo model.lr.head=nan", r"model.lr.head=nan: must be a finite number"),
+    ("train", "experiment=glm_demo model.lr.backbone=-1", r"model.lr.backbone=-1: must be a finite number >= 0"),
+    ("eval", "+retriever.dense.anything=-inf", r"retriever.dense.anything=-inf: must be a finite number"),
 ]
 
 
@@ -101,6 +117,13 @@ def test_meaningless_values_are_config_errors(job, overrides, message, tmp_path)
     cfg = compose_config(job, ["output_dir=unused", *extra])
     with pytest.raises(ConfigError, match=message):
         (validate_train_config if job == "train" else validate_eval_config)(cfg)
+
+
+def test_a_learning_rate_that_is_no_number_stops_training_before_any_work(cache, tmp_path):
+    cfg = compose_config("train", ["experiment=demo", f"output_dir={tmp_path / 'o'}", "model.optimizer.lr=-1"])
+    with pytest.raises(ConfigError, match=r"model.optimizer.lr=-1"):
+        run_train(cfg)
+    assert not cache.exists()  # refused before the index was built (torch's "Invalid learning rate" came after)
 
 
 def test_a_wrong_embed_dim_stops_the_job_before_the_index_build(tmp_path, monkeypatch):
