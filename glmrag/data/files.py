@@ -19,7 +19,7 @@ from typing import Any
 from glmrag.data.formats.common import PathLike, read_records
 from glmrag.data.formats.plain import load_plain
 from glmrag.data.importers import load_2wiki, load_gfmrag, load_hipporag, load_hotpotqa, load_linearrag, load_musique
-from glmrag.data.types import DataFormatError, Dataset
+from glmrag.data.types import DataFormatError, Dataset, check_dataset_name
 
 _Loader = Callable[[Path | None, Path | None, str], Dataset]
 
@@ -147,6 +147,7 @@ def register_files(
     """
     from glmrag.data.registry import DATASETS, DatasetSpec
 
+    check_dataset_name(name)
     if name in DATASETS and DATASETS[name].build.__name__ != "_build_files":
         raise ValueError(f"data.name={name!r} is a built-in dataset; give your files another name")
     paths = {"questions": questions, "corpus": corpus, "openie": openie}

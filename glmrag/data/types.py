@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -164,6 +165,21 @@ class IngestReport:
             return f"{self.source}: no problems"
         parts = [f"{kind}={n} (e.g. {self.examples[kind][0]})" for kind, n in sorted(self.counts.items())]
         return f"{self.source}: " + "; ".join(parts)
+
+
+DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=@-]*")
+"""A dataset name: it names cache folders (``<cache>/indexes/<name>-...``), so no path separator, no leading dot."""
+
+
+def check_dataset_name(name: object, key: str = "data.name") -> str:
+    """``name`` when it is a plain dataset name (:data:`DATASET_NAME`); else ``ValueError`` naming ``key``: a name
+    such as ``../../tmp/x`` would build its index outside the cache."""
+    if not isinstance(name, str) or not DATASET_NAME.fullmatch(name):
+        raise ValueError(
+            f"{key}={name!r}: a dataset name names cache folders, so it must be letters, digits and . _ + = @ - "
+            "(not starting with a dot or a dash; no / or spaces), e.g. my_corpus"
+        )
+    return name
 
 
 @dataclass

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 
-from glmrag.data.types import Dataset
+from glmrag.data.types import Dataset, check_dataset_name
 from glmrag.index.build import IndexSettings, expected_manifest
 from glmrag.index.embed import Embedder
 from glmrag.index.extractors.base import Extractor
@@ -98,7 +98,7 @@ def get_index(dataset: Dataset, cfg: Mapping) -> KGIndex:
     expect = expected_manifest(dataset.corpus, dataset.qa, extractor, settings)
     key = hashlib.sha256(json.dumps(expect, sort_keys=True).encode()).hexdigest()[:10]
     root = Path(cfg["cache_dir"]).expanduser()
-    folder = root / f"{dataset.name}-{extractor.name}-{key}"
+    folder = root / f"{check_dataset_name(dataset.name, 'the dataset name')}-{extractor.name}-{key}"
     embedder = Embedder(settings.embed_model, cache_dir=cache_dir) if settings.embed_model else None
     start = time.perf_counter()
     index = load_or_build(

@@ -1,4 +1,5 @@
-"""No code from a checkpoint or index file ever runs, and an index manifest lists exactly its format's files."""
+"""No code from a checkpoint or index file ever runs, an index manifest lists exactly its format's files, and no
+dataset name reaches outside the cache."""
 
 from __future__ import annotations
 
@@ -6,12 +7,17 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from glmrag.data import registry
+from glmrag.data.registry import load_dataset
+from glmrag.index.cache import get_index
 from glmrag.io import CheckpointPathError, load_checkpoint_dict
+from glmrag.jobs.evaluate import run_eval
 from glmrag.retrievers.gnn_checkpoint import load_checkpoint_retriever
-from tests.chaos.conftest import ROOT, file_handler, write_evil_checkpoint
+from tests.chaos.conftest import ROOT, compose_config, file_handler, write_evil_checkpoint
 
 pytestmark = pytest.mark.chaos
 
@@ -72,3 +78,21 @@ def test_manifest_without_a_required_entry_is_refused(tmp_path):
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(StaleIndexError, match=r"missing: \['entity_embeddings.npy'\]"):
         load_index(folder)
+
+
+@pytest.mark.parametrize("name", ["../../../../tmp/x/escape", "/tmp/abs", ".hidden", "a b", ""])
+def test_a_dataset_name_cannot_leave_the_cache(name, tiny_musique_files, tmp_path, monkeypatch):
+    """Issue 37, probe 16: ``data.name`` names cache folders; one with a path in it built its index outside."""
+    monkeypatch.setattr(registry, "DATASETS", dict(registry.DATASETS))
+    questions, corpus = tiny_musique_files
+    data = ["data=files", "data.format=hipporag", f"data.name={name!r}" if name else "data.name=''"]
+    data += [f"data.questions={questions}", f"data.corpus={corpus}", "retriever=[dense]"]
+    cfg = compose_config("eval", [*data, f"output_dir={tmp_path / 'out'}", f"results_dir={tmp_path / 'r'}"])
+    with pytest.raises(ValueError, match=r"data.name=.*: a dataset name names cache folders"):
+        run_eval(cfg)
+    assert name not in registry.DATASETS
+    dataset = load_dataset("toy")
+    dataset.name = name  # the Python API can hand get_index a Dataset of any name
+    with pytest.raises(ValueError, match=r"a dataset name names cache folders"):
+        get_index(dataset, compose_config("eval", ["data=toy", "output_dir=unused"]).index)
+    assert not list(Path("/tmp/x").glob("escape-*"))  # where the first name's index went before
