@@ -24,6 +24,7 @@ from glmrag.data.files import load_files, register_files
 from glmrag.data.registry import DATASETS, load_dataset
 from glmrag.data.types import Dataset, Question
 from glmrag.eval import EvalResult, evaluate, format_markdown
+from glmrag.eval.overlap import seen_questions
 from glmrag.eval.timing import timed_retrieve
 from glmrag.index.cache import get_index
 from glmrag.index.embed import Embedder
@@ -170,22 +171,33 @@ def evaluate_systems(
     reference: str | None = None,
     n_boot: int = 1000,
     seed: int = 0,
+    top_k: int | None = None,
+    allow_train_overlap: bool = False,
+    strict_overlap: bool = False,
 ) -> Table:
-    """Rank ``dataset``'s questions with each system and evaluate them together (paired CIs and tests).
+    """Rank ``dataset``'s questions with each system and evaluate them together (paired CIs and tests), as
+    ``eval.py`` does: the same training-overlap guard and the same metrics.
 
-    ``systems``: config names, or a mapping ``{label: retriever or config name}``. The
+    ``systems``: config names or ``.ckpt`` paths, or a mapping ``{label: retriever, config name or path}``. The
     first system is the reference of the significance tests unless ``reference`` names one.
-    ``index`` defaults to :func:`build_index` of the dataset.
+    ``index`` defaults to :func:`build_index` of the dataset. ``top_k``: passages ranked per question, None
+    (as ``eval.py``) every passage, so MRR is the full ranking's; a cut MRR is labelled ``MRR@k``. A checkpoint
+    that trained or validated on some of the questions raises ``ValueError`` unless ``allow_train_overlap``
+    (then its row is flagged); one that records no questions is flagged, or refused with ``strict_overlap``
+    (:func:`glmrag.eval.overlap.seen_questions`).
     """
     named = dict(systems) if isinstance(systems, Mapping) else {s: s for s in systems}
     if not named:
         raise ValueError("evaluate_systems needs at least one system")
-    index = build_index(dataset) if index is None else index
     questions = list(dataset.qa)
+    checkpoints = {label: {"ckpt_path": path} for label, path in _checkpoint_paths(named).items()}
+    overlap, unchecked = seen_questions(questions, checkpoints, allow_train_overlap, strict_overlap)  # before work
+    index = build_index(dataset) if index is None else index
+    depth = len(dataset.corpus) if top_k is None else top_k
     rankings, setup, ms = {}, {}, {}
     for label, system in named.items():
-        retriever = get_retriever(system) if isinstance(system, str) else system
-        rankings[label], setup[label], ms[label] = timed_retrieve(retriever, questions, index, dataset.corpus, max(ks))
+        retriever = get_retriever(system) if isinstance(system, str | Path) else system
+        rankings[label], setup[label], ms[label] = timed_retrieve(retriever, questions, index, dataset.corpus, depth)
     embed_model = index.manifest.get("settings", {}).get("embed_model")
     question_embeddings = None
     if index.entity_embeddings is not None and embed_model:  # the entity-cosine analysis, as eval.py gives it
@@ -201,7 +213,20 @@ def evaluate_systems(
         seed=seed,
     )
     result.ms_per_question, result.setup_seconds = ms, setup
+    result.train_overlap, result.overlap_unchecked = overlap, unchecked
+    result.ranking_depth = None if depth >= len(dataset.corpus) else depth
     return Table(result)
+
+
+def _checkpoint_paths(systems: Mapping[str, Retriever | str | Path]) -> dict[str, str]:
+    """Label -> checkpoint path of the systems that are (or were built from) a checkpoint."""
+    out = {}
+    for label, system in systems.items():
+        if isinstance(system, str | Path) and str(system).endswith(".ckpt"):
+            out[label] = str(system)
+        elif getattr(system, "ckpt_path", None):
+            out[label] = str(system.ckpt_path)
+    return out
 
 
 __all__ += ["as_questions", "compose_config", "load_files"]  # compose_config: glmrag.jobs.common

@@ -55,6 +55,12 @@ def _label(metric: str) -> str:
     }.get(name, metric)
 
 
+def _cut_label(metric: str, depth: int | None) -> str:
+    """The column label, MRR as ``MRR@k`` when the rankings were cut at ``k`` (a gold passage below ``k``
+    counts 0, so it is not the full ranking's MRR)."""
+    return f"MRR@{depth}" if metric == "mrr" and depth is not None else _label(metric)
+
+
 def _table_metrics(result: EvalResult) -> list[str]:
     """Columns of the main table: Recall@2/@5 with CIs, filtered Recall@2/@5, Hits@5, All@5, MRR, EM, F1."""
     ks = [k for k in (2, 5) if k in result.ks] or list(result.ks[:2])
@@ -87,7 +93,10 @@ def format_markdown(result: EvalResult) -> str:
     notes_by_system = llm_notes(result)
     with_llm = any(n["fallbacks"] is not None for n in notes_by_system.values())
     lines = [
-        "| System | " + " | ".join(_label(m) for m in metrics) + (" | LLM fallbacks" if with_llm else "") + " |",
+        "| System | "
+        + " | ".join(_cut_label(m, result.ranking_depth) for m in metrics)
+        + (" | LLM fallbacks" if with_llm else "")
+        + " |",
         "|---|" + "---:|" * len(metrics) + ("---|" if with_llm else ""),
     ]
     for system in result.systems:

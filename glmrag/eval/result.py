@@ -43,6 +43,7 @@ JOB_FIELDS = (
     "data_split",
     "train_overlap",
     "overlap_unchecked",
+    "ranking_depth",
     "llm_cost",
     "llm_failures",
     "method_summary",
@@ -92,6 +93,9 @@ class EvalResult:
     """System -> how many of these questions it trained or validated on ("13 of these 16 questions")."""
     overlap_unchecked: dict[str, str] = field(default_factory=dict)
     """System -> why its checkpoint could not be checked (fully) for questions it trained on."""
+    ranking_depth: int | None = None
+    """Passages ranked per question when the rankings were cut (``top_k``); None: every passage was ranked, so
+    MRR is the reciprocal rank in the full ranking. A cut MRR is labelled ``MRR@k`` in the table."""
     llm_cost: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     """System -> ``retriever`` / ``reader`` / ``total`` -> mean per question of each cost field."""
     llm_failures: dict[str, dict] = field(default_factory=dict)

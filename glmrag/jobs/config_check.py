@@ -108,9 +108,9 @@ def check_finite(cfg: DictConfig) -> None:
             raise ConfigError(f"{key}={value!r}: must be a finite number")
 
 
-OPTIMIZER_RANGES = {"lr": (0.0, False), "weight_decay": (0.0, True), "eps": (0.0, False), "momentum": (0.0, True)}
-"""``model.optimizer`` keys: the lower bound and whether it is allowed (lr 0 is refused: nothing would train; the
-GLM's two rates, ``model.lr``, allow 0 for an untrained twin)."""
+OPTIMIZER_RANGES = {"lr": (0.0, True), "weight_decay": (0.0, True), "eps": (0.0, False), "momentum": (0.0, True)}
+"""``model.optimizer`` keys: the lower bound and whether it is allowed (lr 0 trains nothing, on purpose: the
+untrained twin of ``benchmarks/train_2wiki_cpu.sh``; the GLM's two rates, ``model.lr``, likewise)."""
 
 
 def check_optimizer(cfg: DictConfig) -> None:

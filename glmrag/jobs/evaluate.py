@@ -258,6 +258,7 @@ def _run_eval(cfg: DictConfig, warnings: list[str]) -> EvalResult:
     result.warnings = warnings
     result.ms_per_question, result.setup_seconds = ranked.ms_per_question, ranked.setup_seconds
     result.data_split, result.train_overlap, result.overlap_unchecked = split, overlap, unchecked
+    result.ranking_depth = None if cfg.top_k is None or cfg.top_k >= len(dataset.corpus) else cfg.top_k
     add_llm_fields(result, cfg, retrievers, questions, ranked, answered)
     result.config = OmegaConf.to_container(cfg, resolve=True)
     print(format_markdown(result))  # first: the table is on the screen even when the disk is full

@@ -19,7 +19,7 @@ from glmrag.data.types import Corpus, Question
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
 from glmrag.index.ranking import make_rankings, rank_passages, top_k_stable
-from glmrag.io import local_checkpoint
+from glmrag.io import local_checkpoint, verify_checkpoint
 from glmrag.models.glm_inputs import GLMCollate, load_tokenizer, question_record
 from glmrag.models.glm_module import GLMRetrieverModule, entity_scores
 from glmrag.models.gnn_input_cache import cached_passage_embeddings
@@ -48,9 +48,11 @@ class GLMCheckpointRetriever:
         ranker: str | None = None,
         top_entities: int | None = None,
     ) -> None:
+        self.ckpt_path = str(ckpt_path)
+        """The checkpoint, for the evaluator's training-overlap guard (:func:`glmrag.eval.overlap.seen_questions`)."""
         self.device = torch.device(device)
         self.module = GLMRetrieverModule.load_from_checkpoint(
-            local_checkpoint(ckpt_path), map_location=self.device, weights_only=True
+            verify_checkpoint(local_checkpoint(ckpt_path)), map_location=self.device, weights_only=True
         )
         self.module.eval()
         evaluation = self.module.evaluation

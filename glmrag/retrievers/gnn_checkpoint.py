@@ -24,7 +24,7 @@ from glmrag.data.types import Corpus, Question
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
 from glmrag.index.ranking import make_rankings, rank_passages, top_k_stable
-from glmrag.io import load_checkpoint_dict, local_checkpoint
+from glmrag.io import load_checkpoint_dict, local_checkpoint, verify_checkpoint
 from glmrag.models.gnn_input_cache import (
     cached_graph_inputs,
     cached_passage_embeddings,
@@ -77,9 +77,11 @@ class CheckpointRetriever:
         device: str = "cpu",
         cache_dir: str | None = None,
     ) -> None:
+        self.ckpt_path = str(ckpt_path)
+        """The checkpoint, for the evaluator's training-overlap guard (:func:`glmrag.eval.overlap.seen_questions`)."""
         self.device = torch.device(device)
         self.module = GNNRetrieverModule.load_from_checkpoint(
-            local_checkpoint(ckpt_path), map_location=self.device, weights_only=True
+            verify_checkpoint(local_checkpoint(ckpt_path)), map_location=self.device, weights_only=True
         )
         self.module.eval()
         evaluation = self.module.evaluation

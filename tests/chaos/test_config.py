@@ -93,9 +93,8 @@ MEANINGLESS = [  # issue 22 probes 70-78: typed right, meaning nothing
 MEANINGLESS += [  # issue 37 probes 13-15: values that are not numbers, or not sane ones
     ("train", "model.loss.bce_weight=nan", r"model.loss.bce_weight=nan: must be a finite number"),
     ("train", "model.optimizer.lr=inf", r"model.optimizer.lr=inf: must be a finite number"),
-    ("train", "model.optimizer.lr=-1", r"model.optimizer.lr=-1: must be a finite number > 0"),
-    ("train", "model.optimizer.lr=0", r"model.optimizer.lr=0: must be a finite number > 0"),
-    ("train", "model.optimizer.lr=abc", r"model.optimizer.lr='abc': must be a finite number > 0"),
+    ("train", "model.optimizer.lr=-1", r"model.optimizer.lr=-1: must be a finite number >= 0"),
+    ("train", "model.optimizer.lr=abc", r"model.optimizer.lr='abc': must be a finite number >= 0"),
     ("train", "model.optimizer.weight_decay=-0.1", r"model.optimizer.weight_decay=-0.1: must be a finite number >= 0"),
     ("train", "+model.optimizer.betas=[0.9,1.5]", r"model.optimizer.betas=\[0.9, 1.5\]: must be two numbers in"),
     ("train", "datamodule.batch_size=abc", r"datamodule.batch_size='abc': must be an integer >= 1"),
