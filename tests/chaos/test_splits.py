@@ -1,6 +1,7 @@
-"""Training questions are never scored as test questions (issue 22, probes 61-64; issue 37, probes 1, 2 and 4): the
-same files under another dataset name or in another spelling, a checkpoint whose stored splits lie or that records no
-questions, a training split that is the test split, and one questions file that repeats a question under a new id."""
+"""Training questions are never scored as test questions (issue 22, probes 61-64; issue 37, probes 1-4): the same
+files under another dataset name or in another spelling, a checkpoint whose stored splits lie or that records no
+questions, a training split that is the test split, one questions file that repeats a question under a new id, and
+the Python API, which guards and measures as eval.py does."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from glmrag.api import evaluate_systems
 from glmrag.data import registry
 from glmrag.data.types import canonical_question, question_fingerprint, question_fingerprint_v1
+from glmrag.eval import format_markdown
+from glmrag.index.cache import get_index
 from glmrag.jobs.config_check import ConfigError, validate_train_config
 from glmrag.jobs.evaluate import run_eval
 from glmrag.jobs.train import run_train
@@ -186,3 +190,22 @@ def test_questions_repeated_under_new_ids_are_refused_before_training(tiny_musiq
         run_train(compose_config("train", overrides))
     assert "doubled.json" in str(err.value) and "Remove the repeated questions" in str(err.value)
     assert not list(tmp_path.rglob("*.ckpt"))  # refused in setup, before the first step
+
+
+def test_the_python_api_guards_and_measures_as_eval_py_does(checkpoint, tiny_musique, tmp_path):
+    """Issue 37, probe 3: ``evaluate_systems`` ran no overlap check and ranked only max(ks) passages (MRR 0.6146
+    against eval.py's 0.6214 on the same checkpoint and questions)."""
+    full, test = registry.load_dataset(tiny_musique), registry.load_dataset(tiny_musique, split="test")
+    index_cfg = compose_config("eval", ["data=musique100", f"data.name={tiny_musique}", "output_dir=unused"]).index
+    index = get_index(full, index_cfg)
+    with pytest.raises(ValueError, match=rf"retriever {RUN} .* trained or validated on 13 of the 16 questions"):
+        evaluate_systems({RUN: str(checkpoint), "dense": "dense"}, full, index, n_boot=50)
+    flagged = evaluate_systems({RUN: str(checkpoint)}, full, index, n_boot=50, allow_train_overlap=True)
+    assert flagged.result.train_overlap == {RUN: "13 of these 16 questions"}
+    api = evaluate_systems({RUN: str(checkpoint), "dense": "dense"}, test, index, n_boot=50).result
+    job = evaluate(checkpoint, tmp_path, "data=musique100", f"data.name={tiny_musique}", "data.split=test")
+    for system in (RUN, "dense"):
+        assert api.overall[system]["mrr"].mean == pytest.approx(job.overall[system]["mrr"].mean)
+    assert api.ranking_depth is None and "| MRR |" in format_markdown(api)
+    cut = evaluate(checkpoint, tmp_path, "data=musique100", f"data.name={tiny_musique}", "data.split=test", "top_k=10")
+    assert cut.ranking_depth == 10 and "| MRR@10 |" in (tmp_path / "eval" / "results.md").read_text()
