@@ -137,10 +137,14 @@ def verify_checkpoint(path: str | os.PathLike[str], key: str = "ckpt_path") -> P
     """``path`` when every member of its zip (torch's checkpoint format) matches its stored CRC-32; else
     :class:`CheckpointPathError` naming the file and the member: a checkpoint changed after it was written (a
     disk or copy error, one flipped bit) would otherwise load and score plausible, wrong numbers. Reads the
-    whole file once (about 1 s a GB)."""
+    whole file once per process (about 1 s a GB), not again while its size and mtime stay."""
     import zipfile
 
     path = Path(path)
+    stat = path.stat()
+    stamp = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if stamp in _VERIFIED:  # eval.py's config check, the retriever loader and its module read one file
+        return path
     try:
         with zipfile.ZipFile(path) as archive:
             bad = archive.testzip()
@@ -154,7 +158,13 @@ def verify_checkpoint(path: str | os.PathLike[str], key: str = "ckpt_path") -> P
             f"{key}={path}: corrupted: its member {bad!r} fails its CRC-32 check (the file changed after it was "
             "written: a disk or copy error); use another checkpoint of its folder, or copy it again from its source"
         )
+    _VERIFIED.add(stamp)
     return path
+
+
+_VERIFIED: set[tuple] = set()
+"""``(path, inode, size, mtime)`` of the checkpoints :func:`verify_checkpoint` passed in this process: a file
+changed since (a new size or mtime) is read again."""
 
 
 def load_checkpoint_dict(path: str | os.PathLike[str], key: str = "ckpt_path") -> dict:
