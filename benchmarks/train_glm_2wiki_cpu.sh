@@ -30,10 +30,11 @@ if [ "${SKIP_TRAIN:-0}" != 1 ]; then
   { time python train.py experiment=$experiment evaluate=false study=$experiment output_dir="$out/train" \
       checkpoint_dir=$ckpts/trained "$@" >"$out/train.log" 2>&1; } 2>"$out/train_time.txt"
   # 2. The untrained model: one optimizer step at lr 0 (no weight changes), so its checkpoint is the initial GLM.
+  # The zero rates come after the extra overrides, which Hydra then cannot undo (the last value of a key wins).
   { time python train.py experiment=$experiment evaluate=false test=false study=$experiment \
-      model_name=${experiment}_untrained model.lr.head=0 model.lr.backbone=0 trainer.max_epochs=1 \
-      +trainer.limit_train_batches=1 output_dir="$out/untrained" checkpoint_dir=$ckpts/untrained "$@" \
-      >"$out/untrained.log" 2>&1; } 2>"$out/untrained_time.txt"
+      model_name=${experiment}_untrained trainer.max_epochs=1 +trainer.limit_train_batches=1 \
+      output_dir="$out/untrained" checkpoint_dir=$ckpts/untrained "$@" \
+      model.lr.head=0 model.lr.backbone=0 model.lr.prior=0 >"$out/untrained.log" 2>&1; } 2>"$out/untrained_time.txt"
 fi
 trained=$(ls $ckpts/trained/epoch*.ckpt | head -1)
 untrained=$ckpts/untrained/last.ckpt

@@ -125,7 +125,7 @@ def check_optimizer(cfg: DictConfig) -> None:
     pair = isinstance(betas, ListConfig | list) and len(betas) == 2
     if betas is not None and not (pair and all(_is_number(b) and 0 <= b < 1 for b in betas)):
         raise ConfigError(f"model.optimizer.betas={betas!r}: must be two numbers in [0, 1), e.g. [0.9, 0.999]")
-    for key in ("model.lr.head", "model.lr.backbone"):
+    for key in ("model.lr.head", "model.lr.backbone", "model.lr.prior"):
         non_negative(cfg, key)
 
 

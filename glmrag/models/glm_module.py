@@ -129,13 +129,19 @@ class LearningRates:
     buckets: str = "backbone"
     """The three extra attention buckets train at the ``backbone`` rate (GLM reference code: they are rows of T5's
     bias table) or at the ``head`` rate (glmrag before); not in GLM-RAG."""
+    prior: float | None = None
+    """A prior's two scalars, its weight ``w`` and dense weight ``b`` (``model.prior``; glmrag's): None trains them
+    at the ``head`` rate; experiment=cpu_2wiki trains the same two scalars at 5e-3."""
 
     def __post_init__(self) -> None:
         if self.buckets not in BUCKET_LRS:
             raise ValueError(f"lr.buckets must be one of {BUCKET_LRS}, got {self.buckets!r}")
-        for name in ("head", "backbone"):  # 0: no change (the untrained twin of benchmarks/train_glm_2wiki_cpu.sh)
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"lr.{name} must be >= 0, got {getattr(self, name)!r}")
+        for name in ("head", "backbone", "prior"):  # 0: no change (the untrained twin of train_glm_2wiki_cpu.sh)
+            value = getattr(self, name)
+            if name == "prior" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0 or value == float("inf"):
+                raise ValueError(f"lr.{name} must be a finite number >= 0, got {value!r}")
 
 
 def glm_subgraph(value: SubgraphSettings | Mapping[str, Any] | None) -> SubgraphSettings:
@@ -278,19 +284,22 @@ class GLMRetrieverModule(RetrieverModule):
         """Two AdamW groups: the head at ``lr.head``, the T5 backbone at ``lr.backbone`` (GLM-RAG Table 14).
 
         The extra buckets join the backbone group when ``lr.buckets`` is ``backbone``, the head's otherwise; a
-        prior's weights (``w``, ``b``) are the head's.
+        prior's weights (``w``, ``b``) are the head's, or a third group at ``lr.prior`` when it is set.
         """
         head = self.net.head_parameters()
         if self.learning_rates.buckets == "backbone":
             head = [p for p in head if p is not self.net.encoder.extra_bias]
         ids = {id(p) for p in head}
         backbone = [p for p in self.net.parameters() if id(p) not in ids]
-        if self.prior is not None:
-            head = head + list(self.prior.parameters())
-        return [
+        prior = [] if self.prior is None else list(self.prior.parameters())
+        prior_lr = self.learning_rates.prior
+        groups = [
             {"params": backbone, "lr": self.learning_rates.backbone, "name": "backbone"},
-            {"params": head, "lr": self.learning_rates.head, "name": "head"},
+            {"params": head + (prior if prior_lr is None else []), "lr": self.learning_rates.head, "name": "head"},
         ]
+        if prior and prior_lr is not None:
+            groups.append({"params": prior, "lr": prior_lr, "name": "prior"})
+        return groups
 
     def forward(self, inputs: GLMInputs) -> torch.Tensor:
         """Node logits. Shapes: :class:`GLMInputs` -> ``(B, N)``."""

@@ -127,6 +127,29 @@ def test_the_glm_gets_dataclasses_and_its_own_loss_defaults():
     assert GLMConfig(t5="t5-small").tokenizer == "t5-small"  # the T5's own tokenizer by default
 
 
+def test_a_priors_two_scalars_train_at_lr_prior_when_it_is_set():
+    prior = {"kind": "ppr", "dense_weight": 10.0}
+    by_name = {}  # lr.prior -> group name -> (lr, parameter names)
+    for lr in (None, 5e-3):
+        module = tiny_glm(prior=prior, lr={"prior": lr})
+        names = {id(p): name for name, p in module.named_parameters()}
+        groups = module.parameter_groups()
+        by_name[lr] = {g["name"]: (g["lr"], {names[id(p)] for p in g["params"]}) for g in groups}
+    scalars = {"prior.weight", "prior.dense_weight"}
+    assert set(by_name[None]) == {"backbone", "head"} and scalars <= by_name[None]["head"][1]  # None: the head's
+    assert by_name[5e-3]["prior"] == (5e-3, scalars)  # set: their own group, and nowhere else
+    assert not scalars & (by_name[5e-3]["head"][1] | by_name[5e-3]["backbone"][1])
+    assert by_name[5e-3]["head"][1] == by_name[None]["head"][1] - scalars
+    assert {g["name"] for g in tiny_glm(lr={"prior": 5e-3}).parameter_groups()} == {"backbone", "head"}  # no prior
+
+
+@pytest.mark.parametrize("value", [-1e-3, float("nan"), float("inf"), "fast", True])
+def test_a_learning_rate_that_is_not_a_finite_number_is_refused(value):
+    for name in ("head", "backbone", "prior"):
+        with pytest.raises(ValueError, match=rf"lr.{name} must be a finite number >= 0"):
+            LearningRates(**{name: value})
+
+
 @pytest.mark.parametrize(
     ("build", "message"),
     [
