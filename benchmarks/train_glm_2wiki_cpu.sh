@@ -59,9 +59,10 @@ read -r user sys wall <"$out/train_time.txt"
 {
   echo "# experiment=$experiment: the trained GLM vs its untrained twin vs the cpu_2wiki GNN vs dense vs PPR"
   echo
-  echo "Command: \`EXPERIMENT=$experiment bash benchmarks/train_glm_2wiki_cpu.sh $out $*\` ($(date -u +%Y-%m-%d), $(nproc) cores)."
+  env_vars="EXPERIMENT=$experiment${CKPTS:+ CKPTS=$CKPTS}${DATASETS:+ DATASETS=\"$DATASETS\"}${SKIP_TRAIN:+ SKIP_TRAIN=$SKIP_TRAIN}"
+  echo "Command: \`$env_vars bash benchmarks/train_glm_2wiki_cpu.sh $out $*\` ($(date -u +%Y-%m-%d), $(nproc) cores)."
   echo "Training job (loading, validation of the untrained model, training): $(python -c "print(f'{($user + $sys) / 60:.1f} CPU min ({$wall / 60:.1f} min wall)')")."
-  echo "The untrained twin: $(awk '{printf "%.1f CPU min", ($1 + $2) / 60}' "$out/untrained_time.txt"); the four evaluations: $(cat "$out"/eval_*_time.txt | awk '{u += $1 + $2; w += $3} END {printf "%.1f CPU min (%.1f min wall)", u / 60, w / 60}')."
+  echo "The untrained twin: $(awk '{printf "%.1f CPU min", ($1 + $2) / 60}' "$out/untrained_time.txt"); the evaluations ($(ls "$out"/eval_*_time.txt | wc -l) datasets): $(cat "$out"/eval_*_time.txt | awk '{u += $1 + $2; w += $3} END {printf "%.1f CPU min (%.1f min wall)", u / 60, w / 60}')."
   if [ "$experiment" = glm_2wiki_cpu ]; then
     ranking="both ranking passages with softmax_sum; \`glm_idf_topk\` the trained GLM with GLM-RAG's idf_topk ranker"
   else
