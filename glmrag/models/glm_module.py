@@ -22,6 +22,7 @@ old ones kept as options: ``subgraph.position_conflict``, ``subgraph.question_eo
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -136,11 +137,9 @@ class LearningRates:
     def __post_init__(self) -> None:
         if self.buckets not in BUCKET_LRS:
             raise ValueError(f"lr.buckets must be one of {BUCKET_LRS}, got {self.buckets!r}")
-        for name in ("head", "backbone", "prior"):  # 0: no change (the untrained twin of train_glm_2wiki_cpu.sh)
-            value = getattr(self, name)
-            if name == "prior" and value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0 or value == float("inf"):
+        rates = {"head": self.head, "backbone": self.backbone} | ({} if self.prior is None else {"prior": self.prior})
+        for name, value in rates.items():  # 0: no change (the untrained twin of train_glm_2wiki_cpu.sh)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
                 raise ValueError(f"lr.{name} must be a finite number >= 0, got {value!r}")
 
 
@@ -292,14 +291,13 @@ class GLMRetrieverModule(RetrieverModule):
         ids = {id(p) for p in head}
         backbone = [p for p in self.net.parameters() if id(p) not in ids]
         prior = [] if self.prior is None else list(self.prior.parameters())
-        prior_lr = self.learning_rates.prior
+        if self.learning_rates.prior is None:  # w and b train with the head
+            head, prior = head + prior, []
         groups = [
             {"params": backbone, "lr": self.learning_rates.backbone, "name": "backbone"},
-            {"params": head + (prior if prior_lr is None else []), "lr": self.learning_rates.head, "name": "head"},
+            {"params": head, "lr": self.learning_rates.head, "name": "head"},
         ]
-        if prior and prior_lr is not None:
-            groups.append({"params": prior, "lr": prior_lr, "name": "prior"})
-        return groups
+        return groups + ([{"params": prior, "lr": self.learning_rates.prior, "name": "prior"}] if prior else [])
 
     def forward(self, inputs: GLMInputs) -> torch.Tensor:
         """Node logits. Shapes: :class:`GLMInputs` -> ``(B, N)``."""
