@@ -70,10 +70,17 @@ read -r user sys wall <"$out/train_time.txt"
   fi
   echo "Best checkpoint: \`$trained\`; \`checkpoint\` is the trained GLM and \`untrained\` the same GLM before training, $ranking; \`gnn\` the cpu_2wiki checkpoint \`$gnn\`."
   grep -h "before training\|no better than\|done in" "$out/train.log" | sed 's/^\[[^]]*\]\[[^]]*\]\[[A-Z]*\] - //' || true
-  for data in ${DATASETS:-2wiki_test 2wiki_dev 2wiki_train musique100}; do
+  # Every evaluation of this training in <out> (an evaluation older than train_time.txt tested an earlier one):
+  # a SKIP_TRAIN=1 DATASETS=... run completes the table of an interrupted run instead of hiding the rest.
+  for data in 2wiki_test 2wiki_dev 2wiki_train musique100; do
+    [ -f "$out/eval_$data/results.md" ] || continue
     echo
     echo "## $data"
     echo
+    if [ "$out/eval_$data/results.md" -ot "$out/train_time.txt" ]; then
+      echo "Not shown: \`eval_$data\` is older than this training (it tested an earlier checkpoint); rerun it with SKIP_TRAIN=1 DATASETS=$data."
+      continue
+    fi
     sed -n '/^| System | Recall@2/,/^$/p' "$out/eval_$data/results.md"
     grep -h "questions with gold passages" "$out/eval_$data/results.md" | head -1 || true
   done
