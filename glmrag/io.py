@@ -48,13 +48,17 @@ def default_mode(directory: bool = False) -> int:
 
 def atomic_write_stream(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any]) -> Path:
     """``write(file)`` into a temp file beside ``path``, fsync it, then rename it over ``path``: a kill at any
-    moment leaves the old ``path`` or the new one, whole (in the same folder, the rename never copies)."""
+    moment leaves the old ``path`` or the new one, whole (in the same folder, the rename never copies). A write
+    that fails raises an error naming ``path`` (:func:`write_error`), also when ``write`` hides the disk's
+    error behind its own (torch.save reports a full disk as ``unexpected pos``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    watch = None
     try:
         with os.fdopen(fd, "wb") as f:
-            write(f)
+            watch = _WatchedFile(f)
+            write(watch)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, default_mode())
@@ -62,21 +66,63 @@ def atomic_write_stream(path: str | os.PathLike[str], write: Callable[[BinaryIO]
     except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
-            raise DiskFullError(path) from err
+        cause = watch.error if watch is not None and watch.error is not None and isinstance(err, Exception) else err
+        if isinstance(cause, OSError):
+            raise write_error(path, cause) from err
         raise
     return path
 
 
-class DiskFullError(OSError):
-    """No room left to write ``path`` (ENOSPC), with the path and the fix in the message."""
+class _WatchedFile:
+    """A binary file that keeps the first error of its ``write``: a caller that replaces it with its own
+    (torch's zip writer raises ``RuntimeError: unexpected pos``) cannot lose what the disk said."""
 
-    def __init__(self, path: str | os.PathLike[str], detail: str = "no space left on its filesystem") -> None:
+    def __init__(self, file: BinaryIO) -> None:
+        self._file, self.error = file, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self._file.write(data)
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+
+NO_ROOM = {
+    errno.ENOSPC: ("no space left on its filesystem", "free some space there or point the output elsewhere"),
+    errno.EDQUOT: ("your disk quota there is used up", "free some of your files or point the output elsewhere"),
+    errno.EFBIG: (
+        "the file is larger than the file-size limit (ulimit -f) or its filesystem allows",
+        "raise the limit (ulimit -f unlimited) or point the output elsewhere",
+    ),
+}
+"""errno -> (what happened, the fix) for the write errors that mean "no room for this file"."""
+
+
+class DiskFullError(OSError):
+    """No room to write ``path`` (ENOSPC, EDQUOT or EFBIG: :data:`NO_ROOM`), with the path and the fix."""
+
+    def __init__(self, path: str | os.PathLike[str], detail: str | None = None, code: int = errno.ENOSPC) -> None:
+        what, fix = NO_ROOM[code]
         super().__init__(
-            errno.ENOSPC,
-            f"{path}: {detail}; free some space there or point the output elsewhere (output_dir=..., "
-            f"checkpoint_dir=..., {CACHE_ENV}=...); files written before are kept, and none is left half-written",
+            code,
+            f"{path}: {detail or what}; {fix} (output_dir=..., checkpoint_dir=..., {CACHE_ENV}=...); files "
+            "written before are kept, and none is left half-written",
         )
+
+
+def write_error(path: str | os.PathLike[str], err: OSError) -> OSError:
+    """``err``, raised while writing ``path``, as an error that names it: :class:`DiskFullError` when there is no
+    room (a full disk, a used-up quota, a file-size limit), else the same kind of error with ``path`` as its
+    file name (``os.write`` errors carry none)."""
+    if isinstance(err, DiskFullError) or (err.filename is not None and err.errno not in NO_ROOM):
+        return err
+    if err.errno in NO_ROOM:
+        return DiskFullError(path, code=err.errno)
+    return type(err)(err.errno, err.strerror or str(err), str(path))
 
 
 MIN_FREE_BYTES = 64 << 20
@@ -92,6 +138,15 @@ def check_room(folder: str | os.PathLike[str], what: str, min_free: int = MIN_FR
             folder, f"{what} has {free / 2**20:.1f} MiB free, less than the {min_free >> 20} MiB a run needs"
         )
     return folder
+
+
+def fsync_dir(folder: str | os.PathLike[str]) -> None:
+    """Make the renames inside ``folder`` durable (a rename is a change of the folder)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
@@ -366,6 +421,11 @@ def _process_state(pid: int) -> str | None:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (a zombie does not)."""
+    return _process_state(pid) not in (None, "Z")
 
 
 def lock_holder(path: str | os.PathLike[str]) -> str:

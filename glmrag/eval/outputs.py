@@ -11,7 +11,6 @@ system's LLM cost as :func:`cost_columns`.
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
@@ -19,12 +18,13 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from glmrag.eval.output_folder import settle
 from glmrag.eval.overlap import overlap_note, unchecked_note
 from glmrag.eval.result import EvalResult
 from glmrag.eval.significance import Comparison, Interval
 from glmrag.eval.traces import fallback_cell, fallback_warning, llm_notes, summary_lines
 from glmrag.index.ranking import Ranking
-from glmrag.io import DiskFullError, atomic_write_text
+from glmrag.io import atomic_write_text, write_error
 from glmrag.llm.base import COST_FIELDS
 
 _LABELS = {
@@ -333,6 +333,7 @@ def read_outputs(output_dir: str | os.PathLike) -> EvalResult:
     """The :class:`EvalResult` that :func:`write_outputs` wrote into ``output_dir`` (``metrics.json`` and
     ``per_question.jsonl``), as far as they keep it: everything the tables read."""
     folder = Path(output_dir)
+    settle(folder)  # a commit that a kill interrupted is completed first: one run's files, never two
     m = json.loads((folder / "metrics.json").read_text())
     per_question: dict[str, list[dict]] = {s: [] for s in m["systems"]}
     for line in (folder / "per_question.jsonl").read_text().splitlines():
@@ -418,8 +419,6 @@ class RankingLog:
             os.fsync(fd)
         except OSError as err:
             os.ftruncate(fd, end)
-            if err.errno == errno.ENOSPC:
-                raise DiskFullError(self.path) from err
-            raise
+            raise write_error(self.path, err) from err
         finally:
             os.close(fd)

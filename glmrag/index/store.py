@@ -11,7 +11,6 @@ the temp folders of killed builds are removed before the next build.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import io
 import json
@@ -31,7 +30,7 @@ from glmrag.index.build import FORMAT_VERSION, IndexSettings, build_index, expec
 from glmrag.index.embed import Embedder
 from glmrag.index.extractors.base import Extractor
 from glmrag.index.kg import Adjacency, EntityLink, KGIndex
-from glmrag.io import DiskFullError, check_writable, default_mode, file_lock
+from glmrag.io import check_writable, default_mode, file_lock, fsync_dir, write_error
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
@@ -62,14 +61,6 @@ def _write(path: Path, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _sha(data: bytes) -> str:
@@ -145,17 +136,17 @@ def save_index(index: KGIndex, folder: str | Path) -> Path:
             "files": {name: _sha(data) for name, data in files.items()},
         }
         _write(tmp / MANIFEST, json.dumps(manifest, ensure_ascii=False, indent=1).encode())
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         old = None
         if folder.exists():
             old = folder.parent / f".{folder.name}.old-{uuid.uuid4().hex[:8]}"
             os.rename(folder, old)
         os.rename(tmp, folder)
-        _fsync_dir(folder.parent)
+        fsync_dir(folder.parent)
     except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
-            raise DiskFullError(folder) from err
+        if isinstance(err, OSError):
+            raise write_error(folder, err) from err
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)

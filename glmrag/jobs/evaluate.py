@@ -24,10 +24,12 @@ from glmrag.data.types import Corpus, Dataset, Question
 from glmrag.eval import EvalResult, evaluate, format_markdown, write_outputs
 from glmrag.eval.llm_failures import GuardedRetrieval, failure_summary
 from glmrag.eval.metrics import qa_metrics
+from glmrag.eval.output_folder import output_files, staged_outputs
 from glmrag.eval.outputs import RANKINGS_FILE, RankingLog, cost_columns
 from glmrag.eval.overlap import choose_split, seen_questions
 from glmrag.eval.significance import Interval, bootstrap_ci
 from glmrag.eval.store import run_record, write_run
+from glmrag.eval.study_plots import evaluation_figures
 from glmrag.eval.timing import timed_retrieve
 from glmrag.eval.traces import add_traces
 from glmrag.index.cache import get_index
@@ -167,23 +169,33 @@ def add_qa_and_cost_columns(
                 row.update(zip(cost_columns(), total.cost().values(), strict=True))
 
 
-def run_eval(cfg: DictConfig, warnings: Sequence[str] = ()) -> EvalResult:
+def run_eval(cfg: DictConfig, warnings: Sequence[str] = (), figures: bool = False) -> EvalResult:
     """Rank the questions of ``cfg.data`` with every retriever in ``cfg.retriever`` and evaluate them together;
     with ``cfg.qa`` also answer them with ``cfg.reader`` and score the answers and the ``cfg.qa_baselines``.
 
-    The config is checked first (:func:`~glmrag.jobs.config_check.validate_eval_config`). ``warnings`` go above
-    the table (the training job's "no better than before training"). A question whose LLM calls fail is scored
+    The config and every folder the run writes are checked first
+    (:func:`~glmrag.jobs.config_check.validate_eval_config`, :func:`~glmrag.io.check_room`). ``warnings`` go
+    above the table (the training job's "no better than before training"); ``figures`` adds the recall figures
+    (:func:`~glmrag.eval.study_plots.evaluation_figures`). The outputs replace the previous run's in
+    ``cfg.output_dir`` as one set (:mod:`glmrag.eval.output_folder`). A question whose LLM calls fail is scored
     as failed and counted (``result.llm_failures``); once more than ``cfg.max_llm_failures`` calls failed, the
     rest is scored as failed, the outputs are written, and :class:`~glmrag.llm.base.LLMBudgetExceeded` is raised.
     """
     validate_eval_config(cfg)
     check_room(cfg.output_dir, "output_dir")  # a full disk fails now, not after every system has run
     check_room(cfg.index.cache_dir, "the index cache")
+    if cfg.get("results_dir"):
+        check_room(cfg.results_dir, "results_dir")
     register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
     children_die_with_parent()  # spaCy / DataLoader workers must not outlive a killed job
     cfg = with_system_names(cfg)
-    with failure_budget(cfg.get("max_llm_failures")) as budget:
-        result = _run_eval(cfg, list(warnings))
+    with failure_budget(cfg.get("max_llm_failures")) as budget, staged_outputs(cfg.output_dir) as staging:
+        result = _run_eval(cfg, list(warnings), staging)
+        print(format_markdown(result))  # first: the table is on the screen even when the disk is full
+        write_outputs(result, staging)
+        if figures:
+            evaluation_figures(result, staging)
+    print(f"\nwritten: {', '.join(str(p) for p in output_files(cfg.output_dir))}")
     if budget.exceeded:
         raise LLMBudgetExceeded(
             f"{budget.failures} LLM calls failed, more than max_llm_failures={budget.max_failures}; the questions "
@@ -248,11 +260,12 @@ class Answered:
     baselines: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
-def _run_eval(cfg: DictConfig, warnings: list[str]) -> EvalResult:
+def _run_eval(cfg: DictConfig, warnings: list[str], staging: Path) -> EvalResult:
+    """The evaluation of :func:`run_eval`, its rankings logged into ``staging`` as each system finishes."""
     dataset, questions, split, overlap, unchecked = load_questions(cfg)
     index = get_index(load_dataset(cfg.data.name, root=cfg.data.root), cfg.index)
     retrievers = make_retrievers(cfg.retriever)
-    ranked = rank_all(cfg, retrievers, questions, index, dataset.corpus)
+    ranked = rank_all(cfg, retrievers, questions, index, dataset.corpus, staging / RANKINGS_FILE)
     answered = answer_all(cfg, retrievers, ranked.rankings, questions, index, dataset.corpus)
     result = score(cfg, ranked.rankings, questions, index, answered.answers)
     result.warnings = warnings
@@ -261,9 +274,6 @@ def _run_eval(cfg: DictConfig, warnings: list[str]) -> EvalResult:
     result.ranking_depth = None if cfg.top_k is None or cfg.top_k >= len(dataset.corpus) else cfg.top_k
     add_llm_fields(result, cfg, retrievers, questions, ranked, answered)
     result.config = OmegaConf.to_container(cfg, resolve=True)
-    print(format_markdown(result))  # first: the table is on the screen even when the disk is full
-    paths = write_outputs(result, cfg.output_dir)
-    print(f"\nwritten: {', '.join(str(p) for p in paths.values())}")
     return result
 
 
@@ -290,12 +300,17 @@ def load_questions(
 
 
 def rank_all(
-    cfg: DictConfig, retrievers: Mapping[str, Retriever], questions: list[Question], index: KGIndex, corpus: Corpus
+    cfg: DictConfig,
+    retrievers: Mapping[str, Retriever],
+    questions: list[Question],
+    index: KGIndex,
+    corpus: Corpus,
+    rankings_file: Path,
 ) -> Ranked:
-    """Every system's rankings, timed (glmrag/eval/timing.py), each appended to ``rankings.jsonl`` as it finishes."""
+    """Every system's rankings, timed (glmrag/eval/timing.py), each appended to ``rankings_file`` as it finishes."""
     # top_k null: every passage is ranked, so MRR is the reciprocal rank in the full ranking
     depth = len(corpus) if cfg.top_k is None else cfg.top_k
-    ranking_log = RankingLog(Path(cfg.output_dir) / RANKINGS_FILE, keep=max(cfg.ks))
+    ranking_log = RankingLog(rankings_file, keep=max(cfg.ks))
     out = Ranked()
     for name, retriever in retrievers.items():
         guarded = GuardedRetrieval(name, retriever, index, corpus, depth)

@@ -28,8 +28,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from glmrag.data.files import register_data
 from glmrag.eval import EvalResult
+from glmrag.eval.output_folder import output_files
 from glmrag.eval.store import run_record, write_run
-from glmrag.eval.study_plots import evaluation_figures
 from glmrag.index.embed import Embedder
 from glmrag.io import check_room, children_die_with_parent, local_checkpoint
 from glmrag.jobs.common import RunName, compose_config, hydra_overrides, resolved_config_yaml
@@ -254,17 +254,18 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     """
     validate_train_config(cfg)
     check_embed_dim(cfg)
-    register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
-    children_die_with_parent()  # DataLoader / spaCy workers must not outlive a killed job
     resume_last = cfg.get("ckpt_path") == "last"  # also the pretraining stage, if the run stopped there
     cfg = resume_folder(OmegaConf.merge(cfg, {"run_id": str(cfg.run_id)}))  # the start time, read once
     written = {
         "output_dir": cfg.output_dir,
         "checkpoint_dir": cfg.checkpoint_dir,
         "the index cache": cfg.index.cache_dir,
+        "results_dir": cfg.results_dir,
     }
     for what, folder in written.items():
         check_room(folder, what)  # a full disk fails now, not after the training
+    register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
+    children_die_with_parent()  # DataLoader / spaCy workers must not outlive a killed job
     try:
         # one live run per run folder; DDP: this job's ranks, and nothing of them left for the next job
         with run_folder_lock(cfg), job_processes(cfg.run_id):
@@ -337,8 +338,8 @@ def evaluate_checkpoint(
     evals: dict[str, EvalResult] = {}
     for name in eval_datasets(cfg):
         eval_cfg = evaluation_config(cfg, best, name, device)
-        evals[name] = result = run_eval(eval_cfg, warnings)
-        figures = evaluation_figures(result, eval_cfg.output_dir)  # PNGs beside metrics.json
+        evals[name] = result = run_eval(eval_cfg, warnings, figures=True)  # PNGs beside metrics.json
+        figures = {p.name: p for p in output_files(eval_cfg.output_dir) if p.suffix == ".png"}
         prefix = "eval" if name == cfg.data.name else f"eval/{name}"
         means = {f"{prefix}/{m}": iv.mean for m, iv in result.overall[cfg.run_name].items() if hasattr(iv, "mean")}
         for logger in loggers:  # a WandbLogger keeps the last value of each key as the run's summary

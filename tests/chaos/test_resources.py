@@ -59,13 +59,15 @@ def test_a_disk_that_fills_at_the_end_keeps_the_rankings_and_the_table(
         real_fsync(fd)
 
     monkeypatch.setattr(glmrag.io.os, "fsync", full_at_metrics)
-    with pytest.raises(DiskFullError, match=r"out/metrics.json: no space left on its filesystem"):
+    with pytest.raises(DiskFullError, match=r"out/incomplete-[0-9-]+/metrics.json: no space left on its filesystem"):
         run_eval(eval_config(tmp_path, tiny_musique))
     out = tmp_path / "out"
-    rows = [json.loads(line) for line in (out / RANKINGS_FILE).read_text().splitlines()]
+    (partial,) = out.glob("incomplete-*")  # this run's files: kept, apart from the folder's (a previous run's)
+    rows = [json.loads(line) for line in (partial / RANKINGS_FILE).read_text().splitlines()]
     assert {(r["system"], len(r["passage_ids"])) for r in rows} == {("dense", 10), ("ppr", 10)} and len(rows) == 32
     assert "| dense" in capsys.readouterr().out  # the table was printed before the write failed
-    assert not any(p.name.startswith(".metrics.json.") for p in out.iterdir())  # no half-written file
+    assert not any(p.name.startswith(".metrics.json.") for p in partial.iterdir())  # no half-written file
+    assert not (out / "metrics.json").exists() and not (out / RANKINGS_FILE).exists()
 
 
 def test_a_full_cache_disk_names_the_index_folder(tmp_path, monkeypatch, toy_inputs):
