@@ -129,10 +129,23 @@ MIN_FREE_BYTES = 64 << 20
 """Free space a job wants in each folder it writes before it starts (a few tables, checkpoints of small models)."""
 
 
-def check_room(folder: str | os.PathLike[str], what: str, min_free: int = MIN_FREE_BYTES) -> Path:
-    """:func:`check_writable`, and at least ``min_free`` bytes free there: before the work, not after it."""
-    folder = check_writable(folder, what)
-    free = shutil.disk_usage(folder).free
+def check_room(folder: str | os.PathLike[str], what: str, min_free: int = MIN_FREE_BYTES, create: bool = True) -> Path:
+    """:func:`check_writable`, and at least ``min_free`` bytes free there: before the work, not after it. With
+    ``create`` false a folder that does not exist yet is not made (a run that ends early leaves no trace): its
+    nearest existing parent must be a folder this process may write, with the room."""
+    folder = Path(folder)
+    if create or folder.is_dir():
+        check_writable(folder, what)
+        where = folder
+    else:
+        where = next(p for p in [folder, *folder.absolute().parents] if p.exists())
+        if not where.is_dir() or not os.access(where, os.W_OK | os.X_OK):
+            reason = "not a folder" if not where.is_dir() else "not writable"
+            raise PermissionError(
+                f"{what} folder {folder} is not writable ({where} is {reason}); point it elsewhere or fix its "
+                "permissions"
+            )
+    free = shutil.disk_usage(where).free
     if free < min_free:
         raise DiskFullError(
             folder, f"{what} has {free / 2**20:.1f} MiB free, less than the {min_free >> 20} MiB a run needs"

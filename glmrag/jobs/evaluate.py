@@ -185,7 +185,7 @@ def run_eval(cfg: DictConfig, warnings: Sequence[str] = (), figures: bool = Fals
     check_room(cfg.output_dir, "output_dir")  # a full disk fails now, not after every system has run
     check_room(cfg.index.cache_dir, "the index cache")
     if cfg.get("results_dir"):
-        check_room(cfg.results_dir, "results_dir")
+        check_room(cfg.results_dir, "results_dir", create=False)
     register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
     children_die_with_parent()  # spaCy / DataLoader workers must not outlive a killed job
     cfg = with_system_names(cfg)

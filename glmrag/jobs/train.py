@@ -260,10 +260,11 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
         "output_dir": cfg.output_dir,
         "checkpoint_dir": cfg.checkpoint_dir,
         "the index cache": cfg.index.cache_dir,
-        "results_dir": cfg.results_dir,
     }
     for what, folder in written.items():
         check_room(folder, what)  # a full disk fails now, not after the training
+    if not cfg.trainer.get("fast_dev_run"):  # a smoke test files no run; a stopped run leaves no empty store
+        check_room(cfg.results_dir, "results_dir", create=False)
     register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
     children_die_with_parent()  # DataLoader / spaCy workers must not outlive a killed job
     try:
