@@ -11,6 +11,12 @@ of PyG's gather and scatter; ``fused``: one pass without them; offered when ``GN
 - ``forward``: one question's forward under ``inference_mode``, as a retrieval runs it;
 - ``train``: forward and backward of a batch of ``--batch`` questions (a loss over every entity's logit).
 
+Before the cells, ``rspmm_check`` tests the fused sum itself (:mod:`glmrag.nn.rspmm`) on the graph at the first
+hidden size and the batch: whether two forward + backward runs give the same bits (``deterministic``; on a
+GPU its segment sums, on a CPU ``index_add_``), and under bf16 autocast the largest error of the output and
+both gradients relative to the float32 sums of the same bf16 inputs (``bf16_max_rel_err``: rounding the
+results to bf16 alone gives up to 2^-8 = 0.0039, bf16's unit roundoff; a sum accumulated in bf16 far more).
+
 Each cell times ``--repeats`` runs after ``--warmup`` (CUDA events on the GPU, wall clock on the CPU) and
 reads ``torch.cuda.max_memory_allocated`` over them (graph and weights included, as a retrieval needs
 them; ``extra_gib`` is the part above what was allocated before the cell; no memory figures on the CPU).
@@ -38,7 +44,7 @@ from gpu_common import error_text, stop_on_sigterm
 
 from glmrag.index.synthetic import power_law_index, random_questions
 from glmrag.io import atomic_write_text
-from glmrag.nn import gnn_conv
+from glmrag.nn import gnn_conv, rspmm
 from glmrag.nn.gnn import GNNConfig, QueryGNN
 from glmrag.nn.graph_inputs import GraphInputs, graph_inputs, seed_weights
 
@@ -230,6 +236,10 @@ def measure_all(
         result["errors"].append({"where": "graph", "error": error_text(err)})
         save()
         return result
+    try:
+        result["rspmm_check"] = rspmm_check(inputs["graph"], args.hidden[0], args.batch, device)
+    except Exception as err:
+        result["errors"].append({"where": "rspmm_check", "error": error_text(err)})
     save()
 
     chosen = args.aggregation or result["aggregations_offered"]
@@ -260,6 +270,35 @@ def measure_all(
                         torch.cuda.empty_cache()
     save()
     return result
+
+
+def rspmm_check(graph: GraphInputs, hidden: int, batch: int, device: torch.device) -> dict[str, Any]:
+    """Determinism and bf16 accuracy of the fused sum on ``graph`` (see the module docstring)."""
+    g = torch.Generator().manual_seed(1)
+    types = int(graph.edge_type.max()) + 1
+    # positive values, exact in bf16: no cancellation, so every element's relative error means something
+    x = torch.rand(graph.num_nodes, batch, hidden, generator=g).bfloat16().float().to(device)
+    relation = torch.rand(types, hidden, generator=g).bfloat16().float().to(device)
+    weight = torch.rand(graph.num_nodes, batch, hidden, generator=g).bfloat16().float().to(device)
+
+    def run(x: torch.Tensor, relation: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        x, relation = x.detach().requires_grad_(), relation.detach().requires_grad_()
+        out = rspmm.rspmm(x, relation, graph.edge_index, graph.edge_type)
+        return (out.detach(), *torch.autograd.grad((out * weight.to(out.dtype)).sum(), (x, relation)))
+
+    first, second = run(x, relation), run(x, relation)
+    narrow = (x.bfloat16(), relation.bfloat16())
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        got = run(*narrow)
+    ref = run(*(t.float() for t in narrow))
+    errors = [float(((a.float() - b).abs() / b.abs().clamp_min(1e-6)).max()) for a, b in zip(got, ref, strict=True)]
+    return {
+        "segment_sum": rspmm.SEGMENT_SUM.get(device.type, "segment"),
+        "deterministic": all(torch.equal(a, b) for a, b in zip(first, second, strict=True)),
+        "bf16_max_rel_err": {
+            name: round(e, 5) for name, e in zip(("out", "grad_x", "grad_relation"), errors, strict=True)
+        },
+    }
 
 
 if __name__ == "__main__":

@@ -64,6 +64,9 @@ def test_dry_run_writes_every_step_without_an_error(tmp_path):
         assert results[step]["device"].startswith("cpu"), step
 
     gnn = results["gnn"]
+    check = gnn["rspmm_check"]  # the fused sum: the same bits twice, bf16 inputs summed in float32
+    assert check["deterministic"] and check["segment_sum"] == "index_add"
+    assert all(0 <= e < 2**-7 for e in check["bf16_max_rel_err"].values()), check
     aggregations = gnn["aggregations_offered"]
     assert len(gnn["cells"]) == len(aggregations) * 2 * 2  # x (fp32, bf16) x (forward, train)
     assert {(c["aggregation"], c["mode"]) for c in gnn["cells"]} == {

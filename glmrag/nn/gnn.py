@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from glmrag.nn.fixed_cache import NoGradCache
 from glmrag.nn.gnn_conv import AGGREGATIONS, QueryRelationalConv
 from glmrag.nn.graph_inputs import GraphInputs
 from glmrag.nn.subgraph_batch import SubgraphBatch
@@ -100,6 +101,7 @@ class QueryGNN(nn.Module):
         self.convs = nn.ModuleList(
             QueryRelationalConv(hidden, config.dropout, config.aggregation) for _ in range(config.num_layers)
         )
+        self.relation_cache = NoGradCache()  # the shared projection, once per graph at evaluation
         # Entity scorer: a 2-layer MLP over [h_L, q] (GLM-RAG Table 14).
         self.readout = nn.Sequential(nn.Linear(2 * hidden, 2 * hidden), nn.ReLU(), nn.Linear(2 * hidden, 1))
 
@@ -186,7 +188,7 @@ class QueryGNN(nn.Module):
         if edge_mask is not None:
             edge_index, edge_type = edge_index[:, edge_mask], edge_type[edge_mask]
 
-        relation = self.relation_proj(graph.relation_features)  # (2R, H)
+        relation = self.relation_cache(self.relation_proj, graph.relation_features, self.relation_proj)  # (2R, H)
         h0 = self.initial_state(graph, query, seed_weight, question)  # (E, B, H)
         x = h0
         for conv in self.convs:

@@ -8,6 +8,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torch_geometric.nn import MessagePassing
 
+from glmrag.nn.fixed_cache import NoGradCache
 from glmrag.nn.rspmm import rspmm
 
 AGGREGATIONS = ("fused", "materialized")
@@ -28,7 +29,9 @@ class QueryRelationalConv(MessagePassing):
     The DistMult message and sum aggregation follow GLM-RAG Table 14; the
     boundary term ``h0`` is NBFNet's (Zhu et al. 2021, Eq. 6); each layer
     projects the shared relation features with its own 2-layer MLP (ULTRA's
-    ``project_relations``), once per call. The residual is GFM-RAG's ``short_cut``.
+    ``project_relations``), once per call with autograd, and without autograd once for as long as the
+    features and weights stay the same (:class:`~glmrag.nn.fixed_cache.NoGradCache`: at evaluation, once
+    per graph). The residual is GFM-RAG's ``short_cut``.
 
     ``aggregation="fused"`` (the default) sums with :func:`~glmrag.nn.rspmm.rspmm`, as GFM-RAG's ULTRA code
     runs its C++ ``rspmm``, and updates with :meth:`lean_update`: autograd keeps O(N * B * H) per layer.
@@ -61,6 +64,7 @@ class QueryRelationalConv(MessagePassing):
         self.linear = nn.Linear(2 * hidden_channels, hidden_channels)
         self.norm = nn.LayerNorm(hidden_channels)
         self.dropout = nn.Dropout(dropout)
+        self.relation_cache = NoGradCache()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -76,7 +80,7 @@ class QueryRelationalConv(MessagePassing):
         edge_type: torch.Tensor,
         relation: torch.Tensor,
     ) -> torch.Tensor:
-        relation = self.relation_proj(relation)  # (num_edge_types, H): once per call, so once per batch
+        relation = self.relation_cache(self.relation_proj, relation, self.relation_proj)  # (num_edge_types, H)
         if self.aggregation == "materialized":  # the reference, as first written
             aggr = self.propagate(edge_index, x=x, relation=relation, edge_type=edge_type) + boundary  # (N, *, H)
             update = F.relu(self.norm(self.linear(torch.cat([x, aggr], dim=-1))))  # (N, *, H)

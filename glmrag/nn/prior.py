@@ -178,9 +178,10 @@ def ppr_probabilities(walk: Walk, seed_weight: torch.Tensor, damping: float, ite
     total = restart.sum(0, keepdim=True)  # (1, B)
     uniform = torch.full_like(restart, 1.0 / restart.shape[0])
     restart = torch.where(total > 0, restart / total.clamp_min(1e-30), uniform).contiguous()
-    x = restart
+    dangling = walk.dangling.to(restart.dtype).unsqueeze(0)  # (1, E): a product, not a boolean index, which
+    x = restart  # would wait for the device in every iteration
     for _ in range(iterations):
-        leaked = x[walk.dangling].sum(0, keepdim=True)  # (1, B): mass on entities without edges restarts
+        leaked = dangling @ x  # (1, B): mass on entities without edges restarts
         x = damping * (walk.transition_t @ x + leaked * restart) + (1.0 - damping) * restart  # (E, B)
     return x.t().contiguous()  # (B, E)
 

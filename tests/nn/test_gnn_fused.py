@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
@@ -30,7 +31,8 @@ def multigraph(num_nodes: int, num_edges: int, seed: int) -> tuple[torch.Tensor,
 
 
 def written_out(x, relation, edge_index, edge_type):
-    """out_v = sum over edges (u, r, v) of x_u * rel_r, one edge at a time (ULTRA's rspmm, by definition)."""
+    """out_v = sum over edges (u, r, v) of x_u * rel_r, one edge at a time: glmrag's definition, PyG's direction
+    (rows of edge_index[1]); GFM-RAG's C++ rspmm writes the rows of edge_index[0] (test_upstream_direction)."""
     out = torch.zeros_like(x)
     for (u, v), r in zip(edge_index.t().tolist(), edge_type.tolist(), strict=True):
         out[v] = out[v] + x[u] * relation[r]
@@ -42,9 +44,16 @@ def chunk_mib(edges: int, row_elements: int) -> float:
     return (edges + 0.5) * row_elements * 4 / 2**20
 
 
+@pytest.fixture(params=["index_add", "segment"])
+def segment_sum(request, monkeypatch):
+    """Both ways a chunk is summed into its rows, on the CPU (``segment`` is what a GPU runs)."""
+    monkeypatch.setitem(rspmm_module.SEGMENT_SUM, "cpu", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("batch", [(), (1,), (3,), (2, 2)])
 @pytest.mark.parametrize("chunk", [1, 7, 10_000])
-def test_rspmm_and_its_gradients_equal_the_written_out_sum(batch, chunk):
+def test_rspmm_and_its_gradients_equal_the_written_out_sum(batch, chunk, segment_sum):
     torch.manual_seed(len(batch) + chunk)
     edge_index, edge_type = multigraph(12, 40, seed=chunk)
     assert edge_index.shape[1] % 7 != 0  # chunks of 7 split the 43 edges unevenly
@@ -72,7 +81,7 @@ def test_empty_edge_set_gives_zeros_and_zero_gradients():
     assert not x.grad.any() and not relation.grad.any()
 
 
-def test_gradcheck_in_float64():
+def test_gradcheck_in_float64(segment_sum):
     edge_index, edge_type = multigraph(6, 9, seed=3)
     x = torch.randn(6, 2, 3, dtype=torch.float64, requires_grad=True)
     relation = torch.randn(TYPES, 3, dtype=torch.float64, requires_grad=True)
@@ -82,6 +91,91 @@ def test_gradcheck_in_float64():
         return rspmm(x, relation, edge_index, edge_type, chunk_mib=budget)
 
     assert torch.autograd.gradcheck(fn, (x, relation))
+
+
+def hub_graph(num_nodes: int = 40, hub_edges: int = 3000, seed: int = 0):
+    """Random edges plus ``hub_edges`` into node 0, most of them of relation 0: long sums in one row and type."""
+    g = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(num_nodes, (2, 200), generator=g)
+    hub = torch.stack([torch.randint(num_nodes, (hub_edges,), generator=g), torch.zeros(hub_edges, dtype=torch.long)])
+    edge_type = torch.cat([torch.randint(TYPES, (200,), generator=g), torch.zeros(hub_edges, dtype=torch.long)])
+    return torch.cat([edge_index, hub], 1), edge_type
+
+
+def step(x, relation, edge_index, edge_type, weight, chunk_mib=None):
+    out = rspmm(x, relation, edge_index, edge_type, chunk_mib=chunk_mib)
+    return (out, *torch.autograd.grad((out * weight).sum(), (x, relation)))
+
+
+def test_repeated_runs_give_the_same_bits(segment_sum):
+    """Deterministic: forward and both gradients bit for bit, over 2 threads and uneven chunks."""
+    edge_index, edge_type = hub_graph()
+    x = torch.randn(40, 3, HIDDEN, requires_grad=True)
+    relation = torch.randn(TYPES, HIDDEN, requires_grad=True)
+    weight = torch.randn(40, 3, HIDDEN)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        runs = [step(x, relation, edge_index, edge_type, weight, chunk_mib(97, 3 * HIDDEN)) for _ in range(3)]
+    finally:
+        torch.set_num_threads(threads)
+    for run in runs[1:]:
+        for got, first in zip(run, runs[0], strict=True):
+            assert torch.equal(got, first)
+
+
+def test_the_segment_sum_uses_no_index_add(monkeypatch):
+    """What a GPU runs (SEGMENT_SUM's default) adds no edge into a row with index_add_, whose CUDA kernel adds
+    atomically in an order that varies; sums go through segment_reduce over the row pointers."""
+    monkeypatch.setitem(rspmm_module.SEGMENT_SUM, "cpu", "segment")
+    calls = []
+    real = torch.Tensor.index_add_
+    monkeypatch.setattr(torch.Tensor, "index_add_", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    edge_index, edge_type = hub_graph()
+    x = torch.randn(40, 2, HIDDEN, requires_grad=True)
+    relation = torch.randn(TYPES, HIDDEN, requires_grad=True)
+    out, grad_x, grad_rel = step(
+        x, relation, edge_index, edge_type, torch.ones(40, 2, HIDDEN), chunk_mib(50, 2 * HIDDEN)
+    )
+    assert calls == []
+    monkeypatch.setitem(rspmm_module.SEGMENT_SUM, "cpu", "index_add")
+    ref = step(x, relation, edge_index, edge_type, torch.ones(40, 2, HIDDEN))
+    assert calls  # the check above can see index_add_
+    for got, want in zip((out, grad_x, grad_rel), ref, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)  # other chunks: other rounding
+
+
+def test_bf16_inputs_are_summed_in_float32(segment_sum):
+    """Under bf16 autocast the sums of a 3,000-edge hub row and of relation 0's gradient (3,000 terms) keep
+    float32 precision: the only error is rounding each final value to bf16 (bf16's unit roundoff, 2^-8 of the
+    value, plus float32's own, far smaller). Summed in bf16, increments below the running sum's ulp are lost: the
+    same check fails by far (the hub row's sum is about 3,000 x 0.25, where a bf16 ulp is 4)."""
+    edge_index, edge_type = hub_graph()
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(40, 2, HIDDEN, generator=g).bfloat16().requires_grad_()  # positive: the hub sum grows
+    relation = torch.rand(TYPES, HIDDEN, generator=g).bfloat16().requires_grad_()
+    weight = torch.rand(40, 2, HIDDEN, generator=g).bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, grad_x, grad_rel = step(x, relation, edge_index, edge_type, weight)
+    assert out.dtype == grad_x.dtype == grad_rel.dtype == torch.bfloat16
+    wide = [t.detach().double().requires_grad_() for t in (x, relation)]
+    ref = step(*wide, edge_index, edge_type, weight.double())
+    for got, want in zip((out, grad_x, grad_rel), ref, strict=True):
+        assert ((got.double() - want).abs() <= (2**-8 + 2**-16) * want.abs()).all()
+
+
+def test_upstream_direction_is_the_transpose():
+    """GFM-RAG's C++ rspmm (gfmrag/models/ultra/rspmm/source/rspmm.cpp, rspmm_forward_out_cpu) takes
+    row = edge_index[0], col = edge_index[1] and computes out[row] += relation[type] * input[col]: messages run
+    from edge_index[1] to edge_index[0]. Written out here from that source; glmrag computes it on the flipped
+    edges (benchmarks/bench_rspmm_peer.py checks the same against the built extension)."""
+    edge_index, edge_type = multigraph(10, 30, seed=5)
+    x, relation = torch.randn(10, HIDDEN), torch.randn(TYPES, HIDDEN)
+    upstream = torch.zeros(10, HIDDEN)
+    for (row, col), r in zip(edge_index.t().tolist(), edge_type.tolist(), strict=True):
+        upstream[row] += relation[r] * x[col]
+    torch.testing.assert_close(rspmm(x, relation, edge_index.flip(0), edge_type), upstream)
+    assert not torch.allclose(rspmm(x, relation, edge_index, edge_type), upstream)
 
 
 def test_csr_is_cached_per_edge_tensor_and_rebuilt_after_an_in_place_edit():
@@ -176,6 +270,48 @@ def test_relation_mlp_runs_once_per_layer_per_batch(make_graph, aggregation):
     weight[:, 0] = 1.0
     model(graph, torch.randn(3, 16), weight).sum().backward()
     assert calls == [conv.relation_proj for conv in model.convs]
+
+
+def counted_mlps(model: QueryGNN) -> list:
+    """Record every call of the shared relation MLP and of each layer's (wrapping forward itself)."""
+    calls = []
+    for mlp in [model.relation_proj, *(conv.relation_proj for conv in model.convs)]:
+
+        def counted(features, mlp=mlp, forward=mlp.forward):
+            calls.append(mlp)
+            return forward(features)
+
+        mlp.forward = counted
+    return calls
+
+
+def test_relation_mlps_run_once_per_graph_at_evaluation(make_graph):
+    """Without autograd the relation MLPs' outputs are fixed per graph and weights: computed at the first
+    forward, reused after (same scores as computed afresh), computed again after a weight or feature change,
+    never reused with autograd on."""
+    graph = make_graph(power_law_index(50, 200, 7, 10, seed=1))
+    model = QueryGNN(GNNConfig(hidden_channels=8, num_layers=3, question_dim=16, relation_dim=16))
+    fresh = copy.deepcopy(model)
+    calls = counted_mlps(model)
+    weight = torch.zeros(2, graph.num_nodes)
+    weight[:, 0] = 1.0
+    query = torch.randn(2, 16)
+    with torch.no_grad():
+        first = model(graph, query, weight)
+        assert len(calls) == 4
+        again = model(graph, query * 2, weight)
+        assert len(calls) == 4  # nothing recomputed for another question
+        torch.testing.assert_close(again, fresh(graph, query * 2, weight), atol=0, rtol=0)
+        model.convs[1].relation_proj[0].weight.add_(0.1)  # an optimizer step changes the weights in place
+        model(graph, query, weight)
+        assert len(calls) == 5  # the changed layer only
+        graph.relation_features.mul_(2)  # new features: every projection again
+        model(graph, query, weight)
+        assert len(calls) == 9
+    model(graph, query, weight).sum().backward()  # training: always afresh, gradients reach every MLP
+    assert len(calls) == 13 and all(p.grad is not None for p in model.convs[0].relation_proj.parameters())
+    copy.deepcopy(model)  # a cache never stops a model from being copied
+    assert first.shape == (2, graph.num_nodes)
 
 
 def test_whole_retriever_scores_equal_on_a_musique_sized_kg(make_graph):
