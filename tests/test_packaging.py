@@ -1,8 +1,10 @@
 """A non-editable install works away from the repository: the configs ship in the package.
 
-Slow (a venv and a wheel build, then an evaluation): ``pytest -m slow tests/test_packaging.py``. The venv
-sees the system's packages (``--system-site-packages``) and glmrag is installed with ``--no-deps
---no-build-isolation``, so nothing is downloaded.
+Slow (a venv and a wheel build, then an evaluation): ``pytest -m slow tests/test_packaging.py``. The wheel is
+built by the interpreter running the tests (``--no-build-isolation``: its setuptools), installed with ``--no-deps``
+into a fresh venv that sees the test environment's packages through a ``.pth`` line (the way ``.ci/run`` gives its
+lower-bound venv the packages above it; ``--system-site-packages`` would show the base interpreter's, which may
+have neither torch nor a setuptools with ``bdist_wheel``), so nothing is downloaded.
 """
 
 import json
@@ -10,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -21,10 +24,16 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_glmrag_eval_from_a_non_editable_install_in_a_fresh_venv(tmp_path):
     venv = tmp_path / "venv"
     clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # no source tree on the path
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python, bin_dir = venv / "bin" / "python", venv / "bin"
-    # the venv's bundled setuptools can be older than the system's (and lack bdist_wheel): use the system's
-    subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", "setuptools"], check=True, env=clean)
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    # after the venv's own site-packages: torch and the rest; its .pth files (an editable glmrag) are not read
+    (Path(site) / "test-env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     source = tmp_path / "src"  # setuptools builds in the source folder (build/, *.egg-info): not in the checkout
     listed = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True, capture_output=True, text=True
@@ -33,7 +42,10 @@ def test_glmrag_eval_from_a_non_editable_install_in_a_fresh_venv(tmp_path):
         if (ROOT / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, source / name)
-    pip = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(source)]
+    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", "dist", str(source)]
+    subprocess.run(build, check=True, cwd=tmp_path, capture_output=True, text=True, env=clean)
+    (wheel,) = (tmp_path / "dist").glob("glmrag-*.whl")
+    pip = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)]
     subprocess.run(pip, check=True, cwd=tmp_path, capture_output=True, text=True, env=clean)
 
     elsewhere = tmp_path / "work"  # no configs/ folder here: Hydra must read the package's copy
