@@ -13,7 +13,6 @@ size, hidden 512).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -32,17 +31,17 @@ class NoGradCache:
         self._input: weakref.ref | None = None
         self._value: torch.Tensor | None = None
 
-    def __call__(self, module: nn.Module, x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """``fn(x)``, from the cache when autograd is off and nothing it depends on changed."""
+    def __call__(self, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """``module(x)``, from the cache when autograd is off and nothing it depends on changed."""
         if torch.is_grad_enabled():
-            return fn(x)
+            return module(x)
         device = x.device.type
         autocast = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         weights = tuple((id(p), tensor_version(p)) for p in module.parameters())
         key = (id(x), tensor_version(x), weights, autocast)
         if key == self._key and self._input is not None and self._input() is x:
             return self._value
-        value = fn(x)
+        value = module(x)
         self._key, self._input, self._value = key, weakref.ref(x), value
         return value
 

@@ -188,7 +188,7 @@ class QueryGNN(nn.Module):
         if edge_mask is not None:
             edge_index, edge_type = edge_index[:, edge_mask], edge_type[edge_mask]
 
-        relation = self.relation_cache(self.relation_proj, graph.relation_features, self.relation_proj)  # (2R, H)
+        relation = self.relation_cache(self.relation_proj, graph.relation_features)  # (2R, H)
         h0 = self.initial_state(graph, query, seed_weight, question)  # (E, B, H)
         x = h0
         for conv in self.convs:

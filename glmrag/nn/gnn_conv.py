@@ -80,7 +80,7 @@ class QueryRelationalConv(MessagePassing):
         edge_type: torch.Tensor,
         relation: torch.Tensor,
     ) -> torch.Tensor:
-        relation = self.relation_cache(self.relation_proj, relation, self.relation_proj)  # (num_edge_types, H)
+        relation = self.relation_cache(self.relation_proj, relation)  # (num_edge_types, H)
         if self.aggregation == "materialized":  # the reference, as first written
             aggr = self.propagate(edge_index, x=x, relation=relation, edge_type=edge_type) + boundary  # (N, *, H)
             update = F.relu(self.norm(self.linear(torch.cat([x, aggr], dim=-1))))  # (N, *, H)
