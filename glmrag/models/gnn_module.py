@@ -55,8 +55,9 @@ class KGCSettings:
     """Strict negatives per query (GFM-RAG: 256)."""
     adversarial_temperature: float = ADVERSARIAL_TEMPERATURE
     """Temperature of the self-adversarial negative weights (GFM-RAG: 1)."""
-    hide_target_edges: bool = False
-    """Hide the batch's target edges (NBFNet/ULTRA ``remove_easy_edges``); GFM-RAG keeps them visible."""
+    hide_target_edges: bool = True
+    """Hide the batch's target edges from message passing (GFM-RAG's ``remove_easy_edges``, from NBFNet/ULTRA);
+    false keeps them visible (``docs/fidelity.md``)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.num_negatives, bool) or not isinstance(self.num_negatives, int) or self.num_negatives < 1:

@@ -2,9 +2,10 @@
 
 GFM-RAG pretrains its :class:`~glmrag.nn.gnn.QueryGNN` to answer ``(h, r, ?)``: the query is the
 relation's own projected feature, the head the only seed, and the true tail is scored against
-:data:`NUM_NEGATIVES` strict negatives with self-adversarial BCE (:func:`kgc_loss`). As in GFM-RAG, the
-message passing sees the whole KG, the batch's target triples included; ``hide_target_edges=True`` hides
-them as NBFNet/ULTRA do, so the model has to find other paths. GFM-RAG* skips this stage (GLM-RAG §5.1).
+:data:`NUM_NEGATIVES` strict negatives with self-adversarial BCE (:func:`kgc_loss`). As in GFM-RAG (its
+``QueryGNN.forward`` calls NBFNet/ULTRA's ``remove_easy_edges``), ``hide_target_edges=True`` hides both
+directions of the batch's target triples from message passing, so the model has to find other paths;
+``False`` lets it see them. GFM-RAG* skips this stage (GLM-RAG §5.1).
 Provenance of the constants: ``docs/fidelity.md``.
 """
 
@@ -39,7 +40,7 @@ class KGCBatch:
     """(B, K) long: entities that are not tails of ``(head, relation)`` in the KG or in the sampled triples."""
     edge_mask: torch.Tensor | None
     """(2T,) bool over ``graph.edge_index``: False for both directions of every query triple of the batch;
-    None when the target edges stay visible (GFM-RAG, ``hide_target_edges=False``)."""
+    None when the target edges stay visible (``hide_target_edges=False``)."""
 
 
 def _keys(src: torch.Tensor, rel: torch.Tensor, dst: torch.Tensor, num_types: int, num_nodes: int) -> torch.Tensor:
@@ -57,7 +58,7 @@ def sample_kgc_batch(
     batch_size: int | None,
     num_negatives: int = NUM_NEGATIVES,
     generator: torch.Generator | None = None,
-    hide_target_edges: bool = False,
+    hide_target_edges: bool = True,
 ) -> KGCBatch:
     """Draw ``batch_size`` training triples (with replacement) and turn them into tail-prediction queries.
 

@@ -25,6 +25,8 @@ entities restarts uniformly (the PPR retriever's global-PageRank fallback).
 from __future__ import annotations
 
 import warnings
+import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -44,6 +46,9 @@ LOG_FLOOR = 1e-30
 """Smallest probability whose log is taken: an entity the walk never reaches scores ``log(1e-30) ≈ -69``."""
 MASS_FLOOR = 1e-12
 """Added to a passage's entity mass before its log: a passage the prior gives no mass still ranks by cosine."""
+CACHE_MIB = 256.0
+"""Log-prior rows an :class:`EntityPrior` keeps (:class:`PriorRows`), MiB: 1,130 questions of the 2Wiki test KG
+(59,281 entities, 232 KiB a row), every training question of an epoch at the papers' sizes."""
 
 
 @dataclass(frozen=True)
@@ -207,6 +212,79 @@ def passage_logits(
     return logits + dense_weight * (question_emb.float() @ passage_emb.float().t())  # (B, P)
 
 
+class PriorRows:
+    """``log p(e | q)`` rows computed before, per walk and seed row: the prior is fixed per (KG, question), so
+    after the first epoch a training step and an evaluation read it instead of walking ~21 sparse products.
+
+    A row is keyed by its walk (identity, as :func:`glmrag.nn.rspmm.relational_csr` keys its edges) and by
+    the seed row's content (its non-zero entities and weights), so a question's prior is found whichever
+    batch brings it, and a changed seed vector or walk is computed anew. Looking the rows up reads the seeds
+    on the host once per call (one device sync per forward; none inside the walk). Least recently used
+    rows go beyond ``max_mib``; rows live on the walk's device.
+    """
+
+    def __init__(self, max_mib: float = CACHE_MIB) -> None:
+        self.max_bytes = int(max_mib * 2**20)
+        self.rows: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+        self.walks: dict[int, weakref.ref] = {}
+        self.nbytes = 0
+        self.computed = 0
+        """Rows computed so far (the tests count them)."""
+
+    def __call__(self, walk: Walk, seed_weight: torch.Tensor, compute) -> torch.Tensor:
+        """The rows of ``compute(walk, seed_weight[missing])`` for every row of ``seed_weight``, from the cache where
+        they are there. Shapes: **seed_weight** ``(B, E)`` -> ``(B, E)``."""
+        ref = self.walks.get(id(walk))
+        if ref is None or ref() is not walk:  # a new walk, or a freed one's id reused
+            self.walks[id(walk)] = weakref.ref(walk)
+            self._drop(id(walk))
+        keys = [(id(walk), *row_key) for row_key in seed_keys(seed_weight)]
+        rows: dict[tuple, torch.Tensor] = {}
+        for key in keys:
+            if key in self.rows:
+                self.rows.move_to_end(key)
+                rows[key] = self.rows[key]
+        missing = [b for b, key in enumerate(keys) if key not in rows]
+        if missing:
+            fresh = compute(walk, seed_weight[missing])  # (m, E)
+            self.computed += len(missing)
+            for b, row in zip(missing, fresh, strict=True):
+                rows[keys[b]] = row
+                self._put(keys[b], row)
+        return torch.stack([rows[key] for key in keys])  # (B, E)
+
+    def __getstate__(self) -> dict:
+        """A copy or pickle starts empty: the keys name walks of this process."""
+        return {"max_bytes": self.max_bytes, "rows": OrderedDict(), "walks": {}, "nbytes": 0, "computed": 0}
+
+    def _put(self, key: tuple, row: torch.Tensor) -> None:
+        if key in self.rows:  # a batch holding the same question twice
+            return
+        row = row.clone()  # not a view that keeps the whole batch alive
+        self.rows[key] = row
+        self.nbytes += row.numel() * row.element_size()
+        while self.nbytes > self.max_bytes and len(self.rows) > 1:
+            _, old = self.rows.popitem(last=False)
+            self.nbytes -= old.numel() * old.element_size()
+
+    def _drop(self, walk_id: int) -> None:
+        for key in [key for key in self.rows if key[0] == walk_id]:
+            old = self.rows.pop(key)
+            self.nbytes -= old.numel() * old.element_size()
+
+
+def seed_keys(seed_weight: torch.Tensor) -> list[tuple[bytes, bytes]]:
+    """Each row's non-zero columns and values as bytes (one copy to the host). Shapes: ``(B, E)`` -> B keys."""
+    rows, cols = seed_weight.nonzero(as_tuple=True)  # (nnz,) each
+    values = seed_weight[rows, cols].float().cpu().numpy()
+    rows, cols = rows.cpu().numpy(), cols.cpu().numpy()
+    bounds = np.searchsorted(rows, np.arange(seed_weight.shape[0] + 1))  # nonzero() is row-major
+    return [
+        (cols[start:stop].tobytes(), values[start:stop].tobytes())
+        for start, stop in zip(bounds[:-1], bounds[1:], strict=True)
+    ]
+
+
 class EntityPrior(nn.Module):
     """``w * log p(e | q)``: the weighted log-prior of every entity (see the module docstring).
 
@@ -222,6 +300,7 @@ class EntityPrior(nn.Module):
             start = torch.tensor(float(settings.dense_weight))
             self.dense_weight = nn.Parameter(start, requires_grad=settings.learn_weight)
         self._walks: dict[int, tuple[torch.Tensor, Walk]] = {}  # id(edge_index) -> (edge_index, its walk)
+        self.cache = PriorRows()
 
     def walk(self, graph: GraphInputs) -> Walk:
         """The walk of ``graph``, built once per ``edge_index`` tensor (a module keeps one per KG and device)."""
@@ -234,12 +313,16 @@ class EntityPrior(nn.Module):
         return self.on_walk(self.walk(graph), seed_weight)
 
     def on_walk(self, walk: Walk, seed_weight: torch.Tensor) -> torch.Tensor:
-        """:meth:`forward` on a walk the caller keeps (the GLM's, :func:`index_walk`)."""
+        """:meth:`forward` on a walk the caller keeps (the GLM's, :func:`index_walk`); each (walk, seed row)
+        is walked once (:class:`PriorRows`)."""
         with torch.no_grad():
-            settings = self.settings
-            p = ppr_probabilities(walk, seed_weight, settings.damping, settings.iterations)  # (B, E)
-            log_p = p.clamp_min(LOG_FLOOR).log()
+            log_p = self.cache(walk, seed_weight, self.log_prior)  # (B, E)
         return self.weight * log_p  # (B, E)
+
+    def log_prior(self, walk: Walk, seed_weight: torch.Tensor) -> torch.Tensor:
+        """``log p(e | q)`` of the seeds' PPR, uncached. Shapes: **seed_weight** ``(B, E)`` -> ``(B, E)``."""
+        p = ppr_probabilities(walk, seed_weight, self.settings.damping, self.settings.iterations)
+        return p.clamp_min(LOG_FLOOR).log()
 
     @property
     def dense(self) -> bool:

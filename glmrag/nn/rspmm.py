@@ -23,6 +23,7 @@ import math
 import warnings
 import weakref
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -30,12 +31,13 @@ from torch.autograd.function import once_differentiable
 
 from glmrag.nn.fixed_cache import tensor_version
 
-CHUNK_MIB = {"cpu": 1.0, "cuda": 256.0}
+CHUNK_MIB = {"cpu": 2.0, "cuda": 256.0}
 """Per-chunk budget of the ``(chunk, B, H)`` temporaries, MiB, by device type (others use the CPU's).
 
-On the CPU 1 MiB keeps a chunk in the caches (one-off sweep on the 2-core AMD EPYC, L2 512 KiB, L3 8 MiB,
-one thread, B = 1: 0.45 s per 2Wiki-size aggregation at 1 MiB against 0.49 s at 0.5 MiB and 0.59 s at
-4 MiB). On a GPU each chunk costs a few kernel launches, so chunks are larger (not measured: no GPU)."""
+On the CPU a chunk of 1-4 MiB stays in the caches (2-core AMD EPYC, L2 512 KiB, L3 8 MiB, one thread, B = 1,
+eager forward of one layer, median of 7, 2026-12-05): on the real 2Wiki test KG (512k edges) 0.328 / 0.300 /
+0.296 CPU s at 1 / 2 / 4 MiB, on ``bench_rspmm_peer``'s synthetic KG 0.295 / 0.281 / 0.297. On a GPU each chunk
+costs a few kernel launches, so chunks are larger (not measured: no GPU)."""
 KERNELS = ("eager", "compiled")
 KERNEL = "eager"
 """The default kernel: ``eager`` (chunked PyTorch ops) or ``compiled`` (the same chunk body through
@@ -59,7 +61,18 @@ ACCUMULATE = {torch.bfloat16: torch.float32, torch.float16: torch.float32}
 """The dtype sums accumulate in, by input dtype (others: their own)."""
 
 
-class EdgeOrder(NamedTuple):
+class Chunk(NamedTuple):
+    """Edges ``start:stop`` of an :class:`EdgeOrder`: views of its three index tensors."""
+
+    start: int
+    stop: int
+    gather: torch.Tensor
+    edge_type: torch.Tensor
+    scatter: torch.Tensor
+
+
+@dataclass(frozen=True, eq=False)
+class EdgeOrder:
     """The edges sorted by one key (CSR order), with the key's row pointers.
 
     Shapes: **gather**, **edge_type**, **scatter**: ``(E,)`` long; **ptr** ``(K + 1,)`` long, the edges of key
@@ -71,6 +84,26 @@ class EdgeOrder(NamedTuple):
     edge_type: torch.Tensor
     scatter: torch.Tensor
     ptr: torch.Tensor
+    _chunks: dict[int, tuple[Chunk, ...]] = field(default_factory=dict, repr=False)
+
+    def __len__(self) -> int:
+        return self.gather.numel()
+
+    def chunks(self, size: int) -> tuple[Chunk, ...]:
+        """The edges in chunks of ``size``, cut once per size: a 2Wiki-size layer walks ~650 chunks per sum, and
+        slicing three tensors for each on every call cost 3% of an eager forward at B = 1 (``bench_rspmm_peer``)."""
+        cut = self._chunks.get(size)
+        if cut is None and not len(self):
+            cut = self._chunks[size] = ()  # split() would give one empty piece
+        if cut is None:
+            starts = range(0, len(self), size)
+            cut = self._chunks[size] = tuple(
+                Chunk(start, min(start + size, len(self)), *parts)
+                for start, *parts in zip(
+                    starts, self.gather.split(size), self.edge_type.split(size), self.scatter.split(size), strict=True
+                )
+            )
+        return cut
 
 
 class RelationalCSR(NamedTuple):
@@ -140,13 +173,13 @@ def chunk_edges(row_elements: int, element_size: int, device: torch.device, chun
 
 
 def _add_segments(out: torch.Tensor, keys: torch.Tensor, ptr: torch.Tensor, start: int, values: torch.Tensor) -> None:
-    """``out[keys[e]] += values[e - start]`` for the edges ``start : start + len(values)`` of a CSR order (``keys``
-    ascending, ``ptr`` its row pointers), deterministically (:data:`SEGMENT_SUM`)."""
+    """``out[keys[e]] += values[e]`` for the edges ``start : start + len(values)`` of a CSR order (``keys`` those
+    edges' ascending keys, ``ptr`` the order's row pointers), deterministically (:data:`SEGMENT_SUM`)."""
     stop = start + values.shape[0]
     if SEGMENT_SUM.get(out.device.type, "segment") == "index_add":
-        out.index_add_(0, keys[start:stop], values)
+        out.index_add_(0, keys, values)
         return
-    first, last = int(keys[start]), int(keys[stop - 1]) + 1  # the rows this chunk touches (one sync a chunk)
+    first, last = int(keys[0]), int(keys[-1]) + 1  # the rows this chunk touches (one sync a chunk)
     lengths = ptr[first + 1 : last + 1].clamp(max=stop) - ptr[first:last].clamp(min=start)  # (rows,)
     out[first:last] += torch.segment_reduce(values, "sum", lengths=lengths, axis=0, unsafe=True)
 
@@ -160,12 +193,13 @@ def _aggregate(x, relation, edges: EdgeOrder, num_rows: int, chunk: int, kernel:
         if _compiled_walk(_aggregate_chunk, chunk, out, (x, relation), edges):
             return out
         out.zero_()  # chunks a failed compile may have added
-    rows = out.new_empty(min(chunk, edges.gather.numel()), *x.shape[1:])  # (chunk, M, H), reused
+    rows = out.new_empty(min(chunk, len(edges)), *x.shape[1:])  # (chunk, M, H), reused
     rels = out.new_empty(rows.shape[0], relation.shape[1])  # (chunk, H), reused
-    for start, stop in _chunks(edges.gather.numel(), chunk):
-        msg = _gather(x, edges.gather[start:stop], rows[: stop - start])  # (c, M, H)
-        rel = _gather(relation, edges.edge_type[start:stop], rels[: stop - start])  # (c, H)
-        _add_segments(out, edges.scatter, edges.ptr, start, msg.mul_(rel.unsqueeze(1)))
+    for part in edges.chunks(chunk):
+        size = part.stop - part.start
+        msg = _gather(x, part.gather, rows[:size])  # (c, M, H)
+        rel = _gather(relation, part.edge_type, rels[:size])  # (c, H)
+        _add_segments(out, part.scatter, edges.ptr, part.start, msg.mul_(rel.unsqueeze(1)))
     return out
 
 
@@ -178,12 +212,13 @@ def _relation_grad(x, grad_out, edges: EdgeOrder, num_types: int, chunk: int, ke
         if _compiled_walk(_relation_grad_chunk, chunk, grad, (x, grad_out), edges):
             return grad
         grad.zero_()  # chunks a failed compile may have added
-    rows = grad.new_empty(min(chunk, edges.gather.numel()), *x.shape[1:])  # (chunk, M, H), reused
+    rows = grad.new_empty(min(chunk, len(edges)), *x.shape[1:])  # (chunk, M, H), reused
     grads = torch.empty_like(rows)  # (chunk, M, H), reused
-    for start, stop in _chunks(edges.gather.numel(), chunk):
-        prod = _gather(x, edges.gather[start:stop], rows[: stop - start])  # (c, M, H)
-        prod.mul_(_gather(grad_out, edges.scatter[start:stop], grads[: stop - start]))
-        _add_segments(grad, edges.edge_type, edges.ptr, start, prod.sum(1) if prod.shape[1] > 1 else prod[:, 0])
+    for part in edges.chunks(chunk):
+        size = part.stop - part.start
+        prod = _gather(x, part.gather, rows[:size])  # (c, M, H)
+        prod.mul_(_gather(grad_out, part.scatter, grads[:size]))
+        _add_segments(grad, part.edge_type, edges.ptr, part.start, prod.sum(1) if prod.shape[1] > 1 else prod[:, 0])
     return grad
 
 
@@ -192,10 +227,6 @@ def _gather(table: torch.Tensor, index: torch.Tensor, out: torch.Tensor) -> torc
     if table.dtype == out.dtype:
         return torch.index_select(table, 0, index, out=out)
     return out.copy_(torch.index_select(table, 0, index))
-
-
-def _chunks(num_edges: int, chunk: int):
-    return ((start, min(start + chunk, num_edges)) for start in range(0, num_edges, chunk))
 
 
 def _aggregate_chunk(out, x, relation, gather, edge_type, scatter) -> None:
@@ -225,8 +256,8 @@ def _compiled_walk(body, chunk: int, target: torch.Tensor, tables: tuple, edges:
 
     tables = tuple(t.detach() for t in tables)  # plain tensors: no guards on requires_grad or a view's base
     try:
-        for start, stop in _chunks(edges.gather.numel(), chunk):
-            compiled(target, *tables, *(e[start:stop] for e in edges[:3]))
+        for part in edges.chunks(chunk):
+            compiled(target, *tables, part.gather, part.edge_type, part.scatter)
     except (BackendCompilerFailed, InternalTorchDynamoError) as err:
         warnings.warn(f"torch.compile of {body.__name__} failed; rspmm uses its eager kernel: {err}", stacklevel=3)
         _COMPILED[body] = None

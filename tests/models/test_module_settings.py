@@ -44,7 +44,7 @@ FLAT_GNN = {
     "stage": "qa",
     "num_negatives": 256,
     "adversarial_temperature": 1.0,
-    "hide_target_edges": False,
+    "hide_target_edges": True,
     "ks": (1, 2, 5),
     "ranker": "idf_topk",
     "top_entities": 20,

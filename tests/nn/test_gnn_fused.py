@@ -32,7 +32,7 @@ def multigraph(num_nodes: int, num_edges: int, seed: int) -> tuple[torch.Tensor,
 
 def written_out(x, relation, edge_index, edge_type):
     """out_v = sum over edges (u, r, v) of x_u * rel_r, one edge at a time: glmrag's definition, PyG's direction
-    (rows of edge_index[1]); GFM-RAG's C++ rspmm writes the rows of edge_index[0] (test_upstream_direction)."""
+    (rows of edge_index[1]); GFM-RAG's C++ rspmm writes edge_index[0]'s (test_upstream_direction_is_the_transpose)."""
     out = torch.zeros_like(x)
     for (u, v), r in zip(edge_index.t().tolist(), edge_type.tolist(), strict=True):
         out[v] = out[v] + x[u] * relation[r]

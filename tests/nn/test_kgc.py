@@ -34,7 +34,9 @@ def test_batch_queries_and_strict_negatives(random_graph, make_graph):
     triples = torch.as_tensor(index.triples)
     batch = sample_kgc_batch(graph, triples, 9, num_negatives=20, generator=torch.Generator().manual_seed(0))
     assert batch.negatives.shape == (9, 20)
-    assert batch.edge_mask is None  # GFM-RAG: the target edges stay in the message passing
+    assert batch.edge_mask is not None and not batch.edge_mask.all()  # GFM-RAG hides the target edges
+    visible = sample_kgc_batch(graph, triples, 9, 20, torch.Generator().manual_seed(0), hide_target_edges=False)
+    assert visible.edge_mask is None
     tails = true_tails(index)
     r = index.num_relations
     assert (batch.relation[:5] < r).all() and (batch.relation[5:] >= r).all()  # 5 tail, 4 head queries
@@ -63,7 +65,7 @@ def test_target_edges_are_hidden(random_graph, make_graph):
         6,
         num_negatives=8,
         generator=torch.Generator().manual_seed(1),
-        hide_target_edges=True,  # NBFNet/ULTRA remove_easy_edges, the non-default option
+        hide_target_edges=True,  # GFM-RAG's remove_easy_edges (NBFNet/ULTRA), the default
     )
     r = index.num_relations
     query = {
@@ -93,20 +95,21 @@ def test_target_edges_are_hidden(random_graph, make_graph):
     assert kgc_loss(model, graph, unmasked).item() != pytest.approx(expected.item(), abs=1e-6)
 
 
-def test_target_edges_stay_visible_by_default_as_in_gfm_rag(random_graph, make_graph):
-    """GFM-RAG's QueryNBFNet does not remove the batch's target edges: the default loss runs on the whole KG."""
+def test_target_edges_are_hidden_by_default_as_in_gfm_rag(random_graph, make_graph):
+    """GFM-RAG's ``QueryGNN.forward`` removes the batch's target edges (``remove_easy_edges``) before message
+    passing: the default loss is the loss without them, and differs from the loss on the whole KG."""
     index = random_graph(30, 90, seed=4)
     graph = make_graph(index)
     triples = torch.as_tensor(index.triples)
     default = sample_kgc_batch(graph, triples, 6, num_negatives=8, generator=torch.Generator().manual_seed(1))
-    hidden = sample_kgc_batch(
-        graph, triples, 6, num_negatives=8, generator=torch.Generator().manual_seed(1), hide_target_edges=True
+    visible = sample_kgc_batch(
+        graph, triples, 6, num_negatives=8, generator=torch.Generator().manual_seed(1), hide_target_edges=False
     )
     torch.manual_seed(0)
     model = model_for()
-    whole = dataclasses.replace(hidden, edge_mask=None)
-    assert kgc_loss(model, graph, default).item() == pytest.approx(kgc_loss(model, graph, whole).item(), abs=1e-7)
-    assert kgc_loss(model, graph, default).item() != pytest.approx(kgc_loss(model, graph, hidden).item(), abs=1e-6)
+    hidden = dataclasses.replace(visible, edge_mask=default.edge_mask)
+    assert kgc_loss(model, graph, default).item() == pytest.approx(kgc_loss(model, graph, hidden).item(), abs=1e-7)
+    assert kgc_loss(model, graph, default).item() != pytest.approx(kgc_loss(model, graph, visible).item(), abs=1e-6)
 
 
 def test_kgc_query_is_the_projected_relation(random_graph, make_graph):

@@ -8,7 +8,7 @@ import torch
 from stand_ins import link_questions
 
 from glmrag.nn.graph_inputs import seed_weights
-from glmrag.nn.prior import LOG_FLOOR, EntityPrior, PriorSettings, ppr_probabilities, walk_of
+from glmrag.nn.prior import LOG_FLOOR, EntityPrior, PriorRows, PriorSettings, ppr_probabilities, walk_of
 from glmrag.retrievers.ppr import PPRRetriever
 
 
@@ -54,3 +54,42 @@ def test_entity_prior_is_the_weighted_log_probability(random_graph, make_graph):
 def test_bad_prior_settings_are_named(field, value):
     with pytest.raises(ValueError, match=f"prior.{field}"):
         PriorSettings(**{field: value})
+
+
+def test_each_question_is_walked_once_whatever_batch_brings_it(random_graph, make_graph):
+    index = random_graph(80, 120, seed=2)
+    questions = _questions(index, [[0], [5, 7], [3], []])
+    graph, seeds = make_graph(index), seed_weights(index, [q.id for q in questions])  # (4, E)
+    prior = EntityPrior(PriorSettings())
+    uncached = prior.log_prior(walk_of(graph), seeds)  # (4, E)
+    first = prior(graph, seeds[[0, 1]])
+    assert prior.cache.computed == 2
+    mixed = prior(graph, seeds[[3, 1, 0, 2, 1]])  # two new rows, three seen, one twice
+    assert prior.cache.computed == 4
+    assert torch.equal(first.detach(), uncached[[0, 1]])
+    assert torch.equal(mixed.detach(), uncached[[3, 1, 0, 2, 1]])
+    mixed.sum().backward()
+    assert prior.weight.grad is not None and prior.weight.grad != 0  # cached rows still carry the weight's gradient
+    edited = seeds[[2]].clone()
+    edited[0, 9] = 0.5  # another seed set: walked anew
+    assert torch.equal(prior(graph, edited).detach(), prior.log_prior(walk_of(graph), edited))
+    assert prior.cache.computed == 5
+    other = make_graph(random_graph(80, 120, seed=3))  # the same seeds on another KG
+    assert torch.equal(prior(other, seeds[[0]]).detach(), prior.log_prior(walk_of(other), seeds[[0]]))
+    assert prior.cache.computed == 6
+
+
+def test_prior_rows_keep_at_most_their_budget():
+    walk, seeds = object.__new__(type("W", (), {})), torch.eye(4)  # any weak-referenceable key
+    calls = []
+
+    def compute(_walk, rows):
+        calls.append(len(rows))
+        return rows * 2
+
+    cache = PriorRows(max_mib=2 * 16 / 2**20)  # two rows of four float32
+    assert torch.equal(cache(walk, seeds[:3], compute), seeds[:3] * 2)
+    assert cache.nbytes == 32 and len(cache.rows) == 2  # the oldest row went
+    cache(walk, seeds[1:3], compute)
+    cache(walk, seeds[:1], compute)
+    assert calls == [3, 1]
