@@ -16,6 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+HIPPORAG_DAMPING = 0.5
+"""HippoRAG's PPR damping, the probability of following an edge (Gutiérrez et al., 2024, implementation details;
+its code's main experiments, ``run_hipporag_main_exps.sh``: ``--damping 0.5``, where the code's default is 0.1).
+Every walk that follows HippoRAG reads it from here: the PPR retriever, HippoRAG's own rules, the retrievers'
+prior, HyperAddress (whose paper does not state its value), and the configs as ``${glmrag_const:HIPPORAG_DAMPING}``."""
+
 
 @dataclass(frozen=True)
 class Walk:

@@ -4,8 +4,10 @@ A source checkout (and an editable install) reads ``<repo>/configs``; a wheel ca
 files as ``glmrag/configs`` (copied at build time by ``setup.py``), which is used when the
 top-level folder is absent. ``$GLMRAG_CONFIG_DIR`` overrides both.
 
-It also registers the ``${glmrag_overrides:}`` resolver the configs name runs with, so that a
-command-line change (``model.gnn.hidden_channels=32``) shows in the run name and its folders.
+It also registers the resolvers the configs use: ``${glmrag_overrides:}``, which names runs, so that a
+command-line change (``model.gnn.hidden_channels=32``) shows in the run name and its folders;
+``${glmrag_run_id:}``; ``${glmrag_cache:sub}``, a cache folder; ``${glmrag_const:NAME}``, a constant of
+:data:`CONSTANTS` written once in the code where it is cited.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from glmrag.eval.study_tables import BOOKKEEPING_KEYS
+from glmrag.graph.pagerank import HIPPORAG_DAMPING
 from glmrag.io import cache_root
 
 CONFIG_DIR_ENV = "GLMRAG_CONFIG_DIR"
@@ -101,12 +104,26 @@ def run_id() -> str:
     return datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
 
 
+CONSTANTS = {"HIPPORAG_DAMPING": HIPPORAG_DAMPING}
+"""Constants the configs read by name (``${glmrag_const:NAME}``), so each value is written once, where it is cited."""
+
+
+def constant(name: str) -> float:
+    """The value of ``${glmrag_const:name}``."""
+    if name not in CONSTANTS:
+        raise ValueError(f"${{glmrag_const:{name}}}: no such constant; the configs can read {sorted(CONSTANTS)}")
+    return CONSTANTS[name]
+
+
 # configs/train.yaml names a run's checkpoint folder checkpoints/${run_name}/${glmrag_run_id:}
 if not OmegaConf.has_resolver("glmrag_run_id"):
     OmegaConf.register_new_resolver("glmrag_run_id", run_id, use_cache=True)
 # configs/train.yaml and eval.yaml name a run ${model_name}-${data.name}${glmrag_overrides:}
 if not OmegaConf.has_resolver("glmrag_overrides"):
     OmegaConf.register_new_resolver("glmrag_overrides", _overrides_suffix)
+# Configs read a constant that has one source in the code as ${glmrag_const:HIPPORAG_DAMPING} (CONSTANTS).
+if not OmegaConf.has_resolver("glmrag_const"):
+    OmegaConf.register_new_resolver("glmrag_const", constant)
 # Configs name cache folders as ${glmrag_cache:indexes}: $GLMRAG_CACHE_DIR (or ~/.cache/glmrag) / indexes.
 if not OmegaConf.has_resolver("glmrag_cache"):
     OmegaConf.register_new_resolver("glmrag_cache", lambda sub="": str(cache_root() / sub))

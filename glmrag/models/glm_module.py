@@ -233,7 +233,7 @@ class GLMRetrieverModule(RetrieverModule):
         self.net = GLMRetriever(glm_encoder(config), config.question_dim, config.aggregation, config.query_interaction)
         self.prior = None if prior is None else EntityPrior(prior)
         if self.prior is not None:
-            last = self.net.scorer[-1]  # the GLM's logits start at zero: the untrained model is its prior
+            last = self.net.scorer[-1]  # the correction starts at zero (glmrag.nn.prior)
             nn.init.zeros_(last.weight)
             nn.init.zeros_(last.bias)
         elif self.loss_weights.passage_weight:

@@ -9,9 +9,8 @@ is what a :class:`~glmrag.retrievers.gnn_checkpoint.CheckpointRetriever` of it s
 DataModule (``trainer.datamodule.graph(kg)``, ``.index(kg)``); nothing graph-sized is stored. With
 ``subgraph.max_triplets`` set, each question reads only the subgraph the GLM reads (GLM-RAG §5.5, Table 3;
 :func:`question_subgraphs`), entities outside it get ``-inf``, and the loss is normalised over it (App. B.2).
-With ``prior`` set (glmrag's, not in the papers; :mod:`glmrag.nn.prior`), the logits are a training-free
-prior's weighted log-probabilities plus the GNN's correction, which starts at zero: the untrained model ranks
-as the prior does, and entities outside a restricted subgraph keep their prior logit.
+With ``prior`` set (glmrag's, not in the papers), the logits are :mod:`glmrag.nn.prior`'s plus the GNN's
+correction; entities outside a restricted subgraph keep their prior logit.
 """
 
 from __future__ import annotations
@@ -120,9 +119,8 @@ class GNNRetrieverModule(RetrieverModule):
         loss: :class:`~glmrag.models.retriever_module.LossWeights` (GFM-RAG: 0.3 BCE, 0.7 ListCE, 0.2).
         kgc: :class:`KGCSettings` of the KG-completion stage.
         evaluation: :class:`~glmrag.models.retriever_module.Evaluation` (ks, ranker, top_entities).
-        prior: :class:`~glmrag.nn.prior.PriorSettings`: logits = ``w log p(e | q)`` + the GNN's correction,
-            which starts at zero (glmrag's, not in the papers; rank with ``evaluation.ranker=softmax_sum``);
-            None: the GNN's logits alone (GFM-RAG).
+        prior: :class:`~glmrag.nn.prior.PriorSettings` (the prior the GNN corrects; rank with
+            ``evaluation.ranker=softmax_sum``); None: the GNN's logits alone (GFM-RAG).
         stage: ``qa`` (fine-tuning) or ``kgc`` (KG-completion pretraining on the DataModule's triple batches,
             ``task="kgc"``); validation is QA retrieval in both.
         embed_model: sentence encoder of questions and relations; checked against the DataModule.
@@ -198,7 +196,7 @@ class GNNRetrieverModule(RetrieverModule):
         self.gnn = QueryGNN(config)
         self.prior = None if prior is None else EntityPrior(prior)
         if self.prior is not None:
-            last = self.gnn.readout[-1]  # the correction starts at zero: the untrained model is its prior
+            last = self.gnn.readout[-1]  # the correction starts at zero (glmrag.nn.prior)
             nn.init.zeros_(last.weight)
             nn.init.zeros_(last.bias)
         if stage == "kgc":

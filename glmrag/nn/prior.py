@@ -34,14 +34,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from glmrag.graph.pagerank import iterations_for
+from glmrag.graph.pagerank import HIPPORAG_DAMPING, iterations_for
 from glmrag.index.kg import KGIndex
 from glmrag.nn.graph_inputs import GraphInputs
 
 PRIORS = ("ppr",)
 """Training-free priors a retriever can start from (``ppr``: HippoRAG's Personalized PageRank)."""
-PPR_DAMPING = 0.5
-"""HippoRAG (Gutiérrez et al., 2024) PPR damping factor, as :data:`glmrag.retrievers.ppr.DAMPING`."""
 LOG_FLOOR = 1e-30
 """Smallest probability whose log is taken: an entity the walk never reaches scores ``log(1e-30) ≈ -69``."""
 MASS_FLOOR = 1e-12
@@ -57,8 +55,8 @@ class PriorSettings:
 
     kind: str = "ppr"
     """The prior (:data:`PRIORS`)."""
-    damping: float = PPR_DAMPING
-    """PPR damping: the probability of following an edge (HippoRAG: 0.5)."""
+    damping: float = HIPPORAG_DAMPING
+    """PPR damping: the probability of following an edge (:data:`~glmrag.graph.pagerank.HIPPORAG_DAMPING`)."""
     tol: float = 1e-6
     """L1 tolerance of the power iteration (the PPR retriever's)."""
     learn_weight: bool = True
@@ -88,8 +86,9 @@ class PriorSettings:
 
 
 @dataclass(frozen=True)
-class Walk:
-    """The random walk of one KG in torch: the transposed transition matrix and the dangling entities."""
+class TensorWalk:
+    """The random walk of one KG in torch (:class:`glmrag.graph.pagerank.Walk` holds it in SciPy for the retrievers):
+    the transposed transition matrix and the dangling entities."""
 
     transition_t: torch.Tensor
     """(E, E) sparse CSR, ``transition_t[v, u] = Pr(u -> v)``: column ``u`` sums to 1 unless ``u`` is dangling."""
@@ -101,7 +100,7 @@ class Walk:
 class PriorKG:
     """What a prior reads of one KG beside the network's logits, built once per KG (:func:`prior_kg`)."""
 
-    walk: Walk
+    walk: TensorWalk
     """The KG's walk (:func:`index_walk`)."""
     passage_entities: torch.Tensor
     """(P, E) sparse CSR, 1 where a passage mentions an entity (:func:`passage_logits`'s)."""
@@ -109,7 +108,7 @@ class PriorKG:
     """(P, d) unit passage embeddings of the dense term; None without one."""
 
     def to(self, device: torch.device | str) -> PriorKG:
-        walk = Walk(self.walk.transition_t.to(device), self.walk.dangling.to(device))
+        walk = TensorWalk(self.walk.transition_t.to(device), self.walk.dangling.to(device))
         emb = None if self.passage_emb is None else self.passage_emb.to(device)
         return PriorKG(walk, self.passage_entities.to(device), emb)
 
@@ -126,13 +125,13 @@ def sparse_csr(indices: torch.Tensor, values: torch.Tensor, size: tuple[int, int
         return coo.to_sparse_csr()
 
 
-def walk_of(graph: GraphInputs) -> Walk:
+def walk_of(graph: GraphInputs) -> TensorWalk:
     """The walk on the undirected multigraph of ``graph``'s triples (``edge_index`` holds each triple once per
     direction; the second copy of a self-loop is dropped, as networkx and the PPR retriever count it once)."""
     return edge_walk(graph.edge_index, graph.num_nodes)
 
 
-def index_walk(index: KGIndex) -> Walk:
+def index_walk(index: KGIndex) -> TensorWalk:
     """:func:`walk_of` the KG of ``index``, without the GNN's relation and node features (the GLM's prior)."""
     triples = torch.as_tensor(index.triples, dtype=torch.long).reshape(-1, 3)
     head, tail = triples[:, 0], triples[:, 2]
@@ -159,7 +158,7 @@ def passage_entity_matrix(index: KGIndex) -> torch.Tensor:
     return sparse_csr(rows_cols, torch.ones(matrix.nnz), matrix.shape)
 
 
-def edge_walk(edge_index: torch.Tensor, num_nodes: int) -> Walk:
+def edge_walk(edge_index: torch.Tensor, num_nodes: int) -> TensorWalk:
     """The walk of :func:`walk_of` from ``edge_index`` (2, 2T): each triple ``h -> t``, then each ``t -> h``."""
     src, dst = edge_index  # (2T,) each
     half = src.shape[0] // 2
@@ -168,10 +167,10 @@ def edge_walk(edge_index: torch.Tensor, num_nodes: int) -> Walk:
     src, dst = src[keep], dst[keep]
     degree = torch.zeros(num_nodes, device=src.device).index_add_(0, src, torch.ones_like(src, dtype=torch.float))
     weight = 1.0 / degree[src]  # (M,) Pr(src -> dst); parallel edges add up in the sparse sum
-    return Walk(sparse_csr(torch.stack([dst, src]), weight, (num_nodes, num_nodes)), degree == 0)
+    return TensorWalk(sparse_csr(torch.stack([dst, src]), weight, (num_nodes, num_nodes)), degree == 0)
 
 
-def ppr_probabilities(walk: Walk, seed_weight: torch.Tensor, damping: float, iterations: int) -> torch.Tensor:
+def ppr_probabilities(walk: TensorWalk, seed_weight: torch.Tensor, damping: float, iterations: int) -> torch.Tensor:
     """Personalized PageRank of every entity from each question's seeds.
 
     ``x <- damping * (T x + (dangling . x) r) + (1 - damping) r`` from ``x = r``, ``T`` the walk's transition
@@ -231,7 +230,7 @@ class PriorRows:
         self.computed = 0
         """Rows computed so far (the tests count them)."""
 
-    def __call__(self, walk: Walk, seed_weight: torch.Tensor, compute) -> torch.Tensor:
+    def __call__(self, walk: TensorWalk, seed_weight: torch.Tensor, compute) -> torch.Tensor:
         """The rows of ``compute(walk, seed_weight[missing])`` for every row of ``seed_weight``, from the cache where
         they are there. Shapes: **seed_weight** ``(B, E)`` -> ``(B, E)``."""
         ref = self.walks.get(id(walk))
@@ -299,10 +298,10 @@ class EntityPrior(nn.Module):
         if settings.dense_weight is not None:
             start = torch.tensor(float(settings.dense_weight))
             self.dense_weight = nn.Parameter(start, requires_grad=settings.learn_weight)
-        self._walks: dict[int, tuple[torch.Tensor, Walk]] = {}  # id(edge_index) -> (edge_index, its walk)
+        self._walks: dict[int, tuple[torch.Tensor, TensorWalk]] = {}  # id(edge_index) -> (edge_index, its walk)
         self.cache = PriorRows()
 
-    def walk(self, graph: GraphInputs) -> Walk:
+    def walk(self, graph: GraphInputs) -> TensorWalk:
         """The walk of ``graph``, built once per ``edge_index`` tensor (a module keeps one per KG and device)."""
         cached = self._walks.get(id(graph.edge_index))
         if cached is None or cached[0] is not graph.edge_index:
@@ -312,14 +311,14 @@ class EntityPrior(nn.Module):
     def forward(self, graph: GraphInputs, seed_weight: torch.Tensor) -> torch.Tensor:
         return self.on_walk(self.walk(graph), seed_weight)
 
-    def on_walk(self, walk: Walk, seed_weight: torch.Tensor) -> torch.Tensor:
+    def on_walk(self, walk: TensorWalk, seed_weight: torch.Tensor) -> torch.Tensor:
         """:meth:`forward` on a walk the caller keeps (the GLM's, :func:`index_walk`); each (walk, seed row)
         is walked once (:class:`PriorRows`)."""
         with torch.no_grad():
             log_p = self.cache(walk, seed_weight, self.log_prior)  # (B, E)
         return self.weight * log_p  # (B, E)
 
-    def log_prior(self, walk: Walk, seed_weight: torch.Tensor) -> torch.Tensor:
+    def log_prior(self, walk: TensorWalk, seed_weight: torch.Tensor) -> torch.Tensor:
         """``log p(e | q)`` of the seeds' PPR, uncached. Shapes: **seed_weight** ``(B, E)`` -> ``(B, E)``."""
         p = ppr_probabilities(walk, seed_weight, self.settings.damping, self.settings.iterations)
         return p.clamp_min(LOG_FLOOR).log()

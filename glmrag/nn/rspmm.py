@@ -166,7 +166,7 @@ def relational_csr(edge_index: torch.Tensor, edge_type: torch.Tensor, num_nodes:
     return csr
 
 
-def chunk_edges(row_elements: int, element_size: int, device: torch.device, chunk_mib: float | None = None) -> int:
+def edges_per_chunk(row_elements: int, element_size: int, device: torch.device, chunk_mib: float | None = None) -> int:
     """Edges per chunk: ``chunk_mib`` MiB (default :data:`CHUNK_MIB` of the device) of ``(B, H)`` rows."""
     mib = CHUNK_MIB.get(device.type, CHUNK_MIB["cpu"]) if chunk_mib is None else chunk_mib
     return max(1, math.floor(mib * 2**20 / max(1, row_elements * element_size)))
@@ -326,6 +326,6 @@ def rspmm(
     flat = x.to(dtype).reshape(num_nodes, math.prod(x.shape[1:-1]), hidden)  # (N, M, H)
     if chunk_mib is None and kernel == "compiled":
         chunk_mib = COMPILED_CHUNK_MIB
-    chunk = chunk_edges(flat.shape[1] * hidden, flat.element_size(), x.device, chunk_mib)
+    chunk = edges_per_chunk(flat.shape[1] * hidden, flat.element_size(), x.device, chunk_mib)
     out = RelationalSpMM.apply(flat.contiguous(), relation.to(dtype).contiguous(), csr, chunk, kernel)  # (N, M, H)
     return out.view(x.shape[:-1] + (hidden,))  # (N, *, H)

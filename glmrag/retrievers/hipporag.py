@@ -37,7 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from glmrag.data.types import Corpus, Question
-from glmrag.graph.pagerank import Walk, personalized_pagerank, transition
+from glmrag.graph.pagerank import HIPPORAG_DAMPING, Walk, personalized_pagerank, transition
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
 from glmrag.index.normalize import normalize_phrase
@@ -47,8 +47,6 @@ from glmrag.retrievers.base import Ranking
 
 log = logging.getLogger(__name__)
 
-DAMPING = 0.5
-"""HippoRAG main experiments (``run_hipporag_main_exps.sh``: ``--damping 0.5``; the code's default is 0.1)."""
 SYNONYM_THRESHOLD = 0.8
 """HippoRAG's synonym edges: cosine >= 0.8 (``setup_hipporag_main_exps.sh``, ``--threshold 0.8``)."""
 SYNONYM_MAX = 101
@@ -157,7 +155,7 @@ class HippoRAGRetriever:
 
     def __init__(
         self,
-        damping: float = DAMPING,
+        damping: float = HIPPORAG_DAMPING,
         tol: float = TOLERANCE,
         synonym_threshold: float = SYNONYM_THRESHOLD,
         max_synonyms: int = SYNONYM_MAX,

@@ -35,17 +35,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from glmrag.data.types import Corpus, Question
-from glmrag.graph.pagerank import Walk, transition
-from glmrag.graph.pagerank import personalized_pagerank as pagerank
+from glmrag.graph.pagerank import HIPPORAG_DAMPING, Walk, personalized_pagerank, transition
 from glmrag.index.kg import KGIndex
 from glmrag.index.ranking import make_rankings, rank_passages, top_k_stable
 from glmrag.retrievers.base import Ranking
 
 log = logging.getLogger(__name__)
-
-DAMPING = 0.5
-"""HippoRAG (Gutiérrez et al., 2024) PPR damping factor: probability of following an edge."""
-
 
 @dataclass(frozen=True)
 class RandomWalk(Walk):
@@ -68,16 +63,6 @@ def random_walk(index: KGIndex) -> RandomWalk:
     return RandomWalk(transition_t, dangling, 1.0 / np.maximum(count, 1.0))
 
 
-def personalized_pagerank(
-    walk: RandomWalk, restart: np.ndarray, damping: float = DAMPING, tol: float = 1e-6, dtype=np.float32
-) -> np.ndarray:
-    """:func:`glmrag.graph.pagerank.personalized_pagerank` with HippoRAG's damping, in float32 by default.
-
-    Shapes: ``restart`` (E, B) -> (E, B) ``dtype`` with columns summing to 1.
-    """
-    return pagerank(walk, restart, damping, tol, dtype)
-
-
 class PPRRetriever:
     """HippoRAG-style PPR from the linked question entities; passages ranked by entity mass.
 
@@ -92,7 +77,7 @@ class PPRRetriever:
 
     def __init__(
         self,
-        damping: float = DAMPING,
+        damping: float = HIPPORAG_DAMPING,
         tol: float = 1e-6,
         dtype: str = "float32",
         batch_size: int = 128,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 
 import numpy as np
 import pytest
@@ -96,7 +97,7 @@ def test_readers_never_see_a_half_replaced_index(tmp_path, toy_inputs):
     folder = tmp_path / "idx"
     index = load_or_build(folder, corpus, qa, extractor, None, settings)
     ctx = multiprocessing.get_context("fork")
-    stop = ctx.Event()
+    stop, saves = ctx.Event(), ctx.Value("i", 0)
 
     def rewrite():
         from glmrag.io import file_lock
@@ -104,12 +105,18 @@ def test_readers_never_see_a_half_replaced_index(tmp_path, toy_inputs):
         while not stop.is_set():
             with file_lock(folder.parent / ".idx.lock"):
                 save_index(index, folder)
+            with saves.get_lock():
+                saves.value += 1
 
     writer = ctx.Process(target=rewrite)
     writer.start()
+    loads, deadline = 0, time.monotonic() + 60
     try:
-        for _ in range(100):  # bounded
+        while (loads < 100 or saves.value < 10) and time.monotonic() < deadline and writer.is_alive():
             load_or_build(folder, corpus, qa, extractor, None, settings, rebuild=False)
+            loads += 1
     finally:
         stop.set()
         writer.join(30)
+    assert writer.exitcode == 0, "the writer process failed, so the loads ran against no writer"
+    assert saves.value >= 10, f"the writer replaced the index only {saves.value} times during {loads} loads"

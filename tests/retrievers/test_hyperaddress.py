@@ -222,7 +222,7 @@ def compose_hyperaddress(key, tmp_path, monkeypatch, overrides=()):
 def test_every_hyperaddress_config_states_the_walk_settings(key, tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 
-    node = OmegaConf.to_container(compose_hyperaddress(key, tmp_path, monkeypatch).settings)
+    node = OmegaConf.to_container(compose_hyperaddress(key, tmp_path, monkeypatch).settings, resolve=True)
     assert node.pop("_target_") == "glmrag.retrievers.hyperaddress.HyperAddressSettings"
     # the stated choices (Read the Route's Table 6 values are not in its text): HippoRAG's damping, 20 restart
     # incidences at temperature 0.1, half the restart on the passage; one sentence label unless an LLM describes

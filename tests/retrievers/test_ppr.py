@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 from stand_ins import link_questions
 
-from glmrag.graph.pagerank import iterations_for
+from glmrag.graph.pagerank import HIPPORAG_DAMPING, iterations_for, personalized_pagerank
 from glmrag.retrievers.base import Retriever
-from glmrag.retrievers.ppr import PPRRetriever, personalized_pagerank, random_walk
+from glmrag.retrievers.ppr import PPRRetriever, random_walk
 
 
 def _graph(index):
@@ -102,7 +102,7 @@ def test_walk_is_cached_per_index(random_graph):
     retriever = PPRRetriever()
     assert retriever.prepare(a) is retriever.prepare(a)
     assert retriever.prepare(b) is not retriever.prepare(a)
-    x = personalized_pagerank(retriever.prepare(a), np.full((50, 1), 1 / 50))
+    x = personalized_pagerank(retriever.prepare(a), np.full((50, 1), 1 / 50), HIPPORAG_DAMPING)
     assert x.shape == (50, 1) and x.sum() == pytest.approx(1.0, abs=1e-5)
 
 

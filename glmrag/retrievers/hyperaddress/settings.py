@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from glmrag.graph.pagerank import HIPPORAG_DAMPING
+
 HEAD_SETS = ("selected", "random")
 """Addressing heads: selected on probes (Read the Route §3), or a seeded random set (§5.3's alternative head sets)."""
 POINTERS = ("word", "last_token")
@@ -25,7 +27,7 @@ TARGETS = ("heads", "generated_name")
 class HyperAddressSettings:
     """The walk's constants; validated on construction (a bad value raises ``ValueError``)."""
 
-    damping: float = 0.5
+    damping: float = HIPPORAG_DAMPING
     """Probability of following an edge, in [0, 1); HippoRAG's value, as the PPR baseline (a stated choice:
     Read the Route Table 6's value is not in the text)."""
     restart_top: int = 20
