@@ -137,11 +137,18 @@ def rank_passages(
     top_k_passages: int = 10,
     method: str = "idf_topk",
     top_entities: int = DOC_RANKER_ENTITIES,
+    fused: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The best ``top_k_passages`` passages per row: corpus positions and scores, best first.
 
-    Shapes: ``entity_scores`` (B, E) -> positions (B, k) int64, scores (B, k); k = min(top_k_passages, P).
+    ``fused``, when given, are the passage scores themselves (a prior's fused passage logits,
+    :func:`glmrag.nn.prior.passage_logits`), which then rank the passages instead of ``method``.
+
+    Shapes: ``entity_scores`` (B, E), ``fused`` (B, P) -> positions (B, k) int64, scores (B, k);
+    k = min(top_k_passages, P).
     """
+    if fused is not None:
+        return top_k_stable(np.atleast_2d(fused), top_k_passages)
     return top_k_stable(np.atleast_2d(passage_scores(entity_scores, index, method, top_entities)), top_k_passages)
 
 

@@ -350,12 +350,12 @@ class GLMRetrieverModule(RetrieverModule):
         if key not in self.prior_kgs:
             dm = self.trainer.datamodule
             with torch.inference_mode(False):  # first asked for in a validation, it serves training too
-                passage_emb = dm.passage_embeddings(kg).clone() if self.dense_term else None
+                passage_emb = dm.passage_embeddings(kg).clone() if self.has_dense_term else None
                 self.prior_kgs[key] = prior_kg(dm.index(kg), passage_emb).to(self.device)
         return self.prior_kgs[key]
 
     @property
-    def dense_term(self) -> bool:
+    def has_dense_term(self) -> bool:
         """Whether passages are scored with a prior's dense term (``prior.dense_weight``), not by a ranker."""
         return self.prior is not None and self.prior.dense
 
@@ -377,7 +377,7 @@ class GLMRetrieverModule(RetrieverModule):
     def passage_scores(self, entity_logits: torch.Tensor, kg: PriorKG, question_emb: torch.Tensor) -> torch.Tensor:
         """The fused passage logits of :func:`glmrag.nn.prior.passage_logits`, with the dense term when the prior
         has one. Shapes: **entity_logits** ``(b, E)``, **question_emb** ``(b, d)`` -> ``(b, P)``."""
-        if not self.dense_term:
+        if not self.has_dense_term:
             return passage_logits(entity_logits, kg.passage_entities)
         weight = self.prior.dense_weight
         return passage_logits(entity_logits, kg.passage_entities, weight, question_emb, kg.passage_emb)
@@ -417,7 +417,7 @@ class GLMRetrieverModule(RetrieverModule):
         """
         kg_tensors = self.prior_kg(kg)
         fused = self.fused_entity_logits(batch, logits, rows, index, kg_tensors)  # (b, E)
-        if self.dense_term:
+        if self.has_dense_term:
             scores = self.passage_scores(fused, kg_tensors, batch["question_emb"][rows].to(self.device))
             return top_k_stable(scores.cpu().numpy(), top_k)[0]
         method, top_entities = self.evaluation.ranker, self.evaluation.top_entities

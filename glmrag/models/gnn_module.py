@@ -26,7 +26,7 @@ from torch import nn
 from glmrag.graph.subgraph import Subgraph, select_subgraph
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
-from glmrag.index.ranking import rank_passages, top_k_stable
+from glmrag.index.ranking import rank_passages
 from glmrag.io import load_checkpoint_dict
 from glmrag.models.glm_inputs import SubgraphSettings
 from glmrag.models.losses import gfm_rag_loss, passage_list_ce
@@ -337,14 +337,14 @@ class GNNRetrieverModule(RetrieverModule):
         return sum(terms[1:], terms[0]), logits
 
     @property
-    def dense_term(self) -> bool:
+    def has_dense_term(self) -> bool:
         """Whether passages are scored with a prior's dense term (``prior.dense_weight``), not by a ranker."""
         return self.prior is not None and self.prior.dense_weight is not None
 
     def passage_logits(self, kg: str, logits: torch.Tensor, question_emb: torch.Tensor) -> torch.Tensor:
         """Passage logits from entity logits (:func:`glmrag.nn.prior.passage_logits`), with the prior's dense
         term when it has one. Shapes: **logits** ``(B, E)``, **question_emb** ``(B, d)`` -> ``(B, P)``."""
-        if not self.dense_term:
+        if not self.has_dense_term:
             return passage_logits(logits, self.passage_entities(kg))
         key = (kg, self.device)  # moved to the device once, not every step
         if key not in self._passage_emb:
@@ -374,17 +374,16 @@ class GNNRetrieverModule(RetrieverModule):
 
     def ranked_passages(self, batch: dict[str, Any], logits: torch.Tensor) -> list[list[str]]:
         """The best ``max(ks)`` passages of each row, from the logits of every entity of the batch's KG."""
-        index = self.index(batch["kg"])
-        if self.dense_term:  # the fused passage score (glmrag/nn/prior.py), not a ranker of the entity scores
+        index, fused = self.index(batch["kg"]), None
+        if self.has_dense_term:  # the fused passage score (glmrag/nn/prior.py), not a ranker of the entity scores
             with torch.no_grad():
-                scores = self.passage_logits(batch["kg"], logits, batch["question_emb"]).cpu().numpy()  # (B, P)
-            positions, _ = top_k_stable(scores, max(self.ks))
-            return [[index.passage_ids[p] for p in row] for row in positions]
+                fused = self.passage_logits(batch["kg"], logits, batch["question_emb"]).cpu().numpy()  # (B, P)
         positions, _ = rank_passages(
             logits.detach().float().cpu().numpy(),
             index,
             top_k_passages=max(self.ks),
             method=self.evaluation.ranker,
             top_entities=self.evaluation.top_entities,
+            fused=fused,
         )  # (B, max ks)
         return [[index.passage_ids[p] for p in row] for row in positions]

@@ -70,7 +70,7 @@ class GLMCheckpointRetriever:
         a prior's dense term."""
         if self._kg is None or self._kg[0] is not index:
             passage_emb = None
-            if self.module.dense_term:
+            if self.module.has_dense_term:
                 if corpus is None:
                     raise ValueError("this checkpoint's prior has a dense term: pass the corpus of the index")
                 passage_emb = cached_passage_embeddings(corpus, index, self.module.hparams.embed_model)  # (P, d)
@@ -120,7 +120,7 @@ class GLMCheckpointRetriever:
         questions = list(questions)
         question_emb = self.embedder.encode([q.question for q in questions])  # (Q, d), for the GLM and the dense term
         scores = self.entity_scores(questions, index, corpus, question_emb)  # (Q, E)
-        if self.module.dense_term:  # a prior's fused passage logits rank the passages, as in validation
+        if self.module.has_dense_term:  # a prior's fused passage logits rank the passages, as in validation
             with torch.inference_mode():
                 logits = torch.from_numpy(scores).float().to(self.device)  # (Q, E), exact: float32 values
                 query = torch.from_numpy(question_emb).to(self.device)  # (Q, d)

@@ -149,11 +149,10 @@ class CheckpointRetriever:
         questions = list(questions)
         question_emb = self.question_embeddings(questions)  # (Q, d), once for the GNN and the dense term
         logits = self.entity_logits(questions, index, question_emb).numpy()  # (Q, E)
-        if self.module.dense_term:  # the fused passage score of a prior with a dense term (glmrag/nn/prior.py)
-            passages = self.passage_logits(question_emb, index, corpus, torch.from_numpy(logits)).numpy()  # (Q, P)
-            positions, scores = top_k_stable(passages, top_k)
-        else:
-            positions, scores = rank_passages(logits, index, top_k, self.ranker, self.top_entities)  # (Q, k)
+        fused = None
+        if self.module.has_dense_term:  # the fused passage score of a prior with a dense term (glmrag/nn/prior.py)
+            fused = self.passage_logits(question_emb, index, corpus, torch.from_numpy(logits)).numpy()  # (Q, P)
+        positions, scores = rank_passages(logits, index, top_k, self.ranker, self.top_entities, fused)  # (Q, k)
         entities, entity_scores = top_k_stable(logits, self.top_entities)  # (Q, top_entities)
         return make_rankings([q.id for q in questions], index.passage_ids, positions, scores, entities, entity_scores)
 
