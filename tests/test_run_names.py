@@ -1,13 +1,19 @@
-"""Command-line overrides that change what a run measures change its name (and so its folders)."""
+"""Command-line overrides that change what a run measures change its name (and so its folders); ``ckpt_path=last``
+finds a run renamed by a longer training."""
 
+import os
+import time
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
 
 import glmrag.jobs.config_path  # noqa: F401  (registers the resolver, as train.py's import of glmrag does)
 from glmrag.jobs.config_path import MAX_SUFFIX, run_suffix
+from glmrag.jobs.run_folder import resume_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,3 +74,49 @@ def test_which_steps_run_does_not_name_a_run():
     """evaluate / test / quiet choose which steps of a job run, not what a model measures: the same model
     trained with evaluate=false is the same run (benchmarks/train_2wiki_cpu.sh evaluates separately)."""
     assert run_suffix(["evaluate=false", "test=false", "quiet=true", "trainer.max_epochs=2"]) == "-max_epochs=2"
+
+
+def _resume_config(checkpoints: Path, run_name: str):
+    return OmegaConf.create(
+        {
+            "ckpt_path": "last",
+            "model_name": "gnn",
+            "data": {"name": "musique100"},
+            "run_name": run_name,
+            "checkpoint_dir": str(checkpoints / run_name / "2026-12-05_04-00-00"),  # this start's own, empty
+        }
+    )
+
+
+def _checkpoint(path: Path, age: float) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({}, path)  # a whole checkpoint: ckpt_path=last skips truncated ones
+    os.utime(path, (time.time() - age, time.time() - age))
+    return path
+
+
+def test_a_resume_with_more_epochs_finds_the_run_it_extends(tmp_path, caplog):
+    """``trainer.max_epochs=8 ckpt_path=last`` names the run ...-max_epochs=8: it must resume the run started
+    with max_epochs=4 (or the default), not start afresh in silence; a run with another setting is not it."""
+    runs = tmp_path / "checkpoints"
+    old = _checkpoint(runs / "gnn-musique100-limit=8,max_epochs=4" / "a" / "last.ckpt", age=200)
+    _checkpoint(runs / "gnn-musique100-limit=8,hidden_channels=32" / "b" / "last.ckpt", age=10)  # another model
+    _checkpoint(runs / "gnn-musique100-limit=16" / "c" / "last.ckpt", age=10)  # other data
+    with caplog.at_level("WARNING"):
+        resumed = resume_folder(_resume_config(runs, "gnn-musique100-limit=8,max_epochs=8"))
+    assert resumed.ckpt_path == str(old) and resumed.checkpoint_dir == str(old.parent)
+    assert "no checkpoint of run gnn-musique100-limit=8,max_epochs=8; resuming" in caplog.text
+    default = _checkpoint(runs / "gnn-musique100-limit=8" / "d" / "last.ckpt", age=100)  # default epochs, newer
+    assert resume_folder(_resume_config(runs, "gnn-musique100-limit=8,max_epochs=8")).ckpt_path == str(default)
+    own = _checkpoint(runs / "gnn-musique100-limit=8,max_epochs=8" / "e" / "last.ckpt", age=300)  # its own name
+    assert resume_folder(_resume_config(runs, "gnn-musique100-limit=8,max_epochs=8")).ckpt_path == str(own)
+
+
+def test_nothing_to_resume_is_said_loudly(tmp_path, caplog):
+    runs = tmp_path / "checkpoints"
+    _checkpoint(runs / "gnn-musique100-limit=8,hidden_channels=32" / "b" / "last.ckpt", age=10)
+    with caplog.at_level("WARNING"):
+        fresh = resume_folder(_resume_config(runs, "gnn-musique100-limit=8,max_epochs=8"))
+    assert fresh.ckpt_path is None
+    (record,) = [r for r in caplog.records if "NOTHING TO RESUME" in r.getMessage()]
+    assert record.levelname == "WARNING" and "gnn-musique100-limit=8,max_epochs=8" in record.getMessage()

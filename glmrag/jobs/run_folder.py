@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 
 RESUMABLE = ("last.ckpt", "hpc_ckpt_*.ckpt")
 """A run folder's resumable checkpoints: the last epoch or a SIGTERM (``last.ckpt``), a SLURM requeue's."""
+LENGTH_PARTS = ("max_epochs", "max_steps")
+"""Run-name parts (from ``trainer.max_epochs=`` / ``trainer.max_steps=`` overrides) that only say how long a run
+trains: ``ckpt_path=last`` with ``trainer.max_epochs`` raised continues the run named with the old value."""
 
 
 def _resumable(folder: Path) -> list[tuple[float, Path]]:
@@ -57,17 +60,67 @@ def last_run_folder(checkpoint_dir: str) -> Path | None:
     return max(runs)[1] if runs else None
 
 
+def _name_parts(name: str, prefix: str) -> frozenset[str] | None:
+    """The ``key=value`` parts of run name ``name`` after ``prefix`` (:func:`~glmrag.jobs.config_path.run_suffix`),
+    those of :data:`LENGTH_PARTS` left out; None when ``name`` is not ``prefix`` with a suffix."""
+    if name == prefix:
+        return frozenset()
+    if not name.startswith(f"{prefix}-"):
+        return None
+    return frozenset(p for p in name[len(prefix) + 1 :].split(",") if p.partition("=")[0] not in LENGTH_PARTS)
+
+
+def extended_runs(cfg: DictConfig) -> list[Path]:
+    """The run-name folders beside this run's (``checkpoints/<name>``) whose names differ from ``cfg.run_name``
+    only in :data:`LENGTH_PARTS`: the runs that this one, trained longer or shorter, continues. Empty when
+    ``checkpoint_dir`` is not ``.../<run_name>/<run_id>`` or the run name is not ``<model_name>-<data.name>...``
+    (set by hand)."""
+    own = Path(cfg.checkpoint_dir).parent
+    prefix = f"{OmegaConf.select(cfg, 'model_name')}-{OmegaConf.select(cfg, 'data.name')}"
+    want = _name_parts(str(cfg.run_name), prefix)
+    if own.name != cfg.run_name or want is None or not own.parent.is_dir():
+        return []
+    return sorted(p for p in own.parent.iterdir() if p.is_dir() and p != own and _name_parts(p.name, prefix) == want)
+
+
+def _newest_run(names: list[Path]) -> Path | None:
+    """The run folder (``<name>/<run_id>``) with the newest resumable checkpoint under any of ``names``."""
+    runs = [(t, p) for name in names for p in name.iterdir() if p.is_dir() and (t := _newest_checkpoint_time(p))]
+    return max(runs)[1] if runs else None
+
+
 def resume_folder(cfg: DictConfig) -> DictConfig:
-    """``cfg`` set up to resume: ``ckpt_path=last`` becomes the newest checkpoint of :func:`last_run_folder`
-    (null, a fresh start, when there is none), and ``checkpoint_dir`` the resumed checkpoint's folder, so the
-    run writes beside it and ModelCheckpoint restores its best score (Lightning drops it, with a warning, when
-    ``dirpath`` changed). A run stopped in GFM-RAG's pretraining resumes that stage (:func:`run_train`)."""
+    """``cfg`` set up to resume: ``ckpt_path=last`` becomes the newest checkpoint of :func:`last_run_folder`,
+    else of a run whose name differs only in ``max_epochs`` / ``max_steps`` (:func:`extended_runs`: a resume
+    that raises ``trainer.max_epochs`` renames the run), with a warning naming it; with neither, a warning that
+    there is nothing to resume and a fresh start (``ckpt_path`` null: the first of a requeued job's starts).
+    ``checkpoint_dir`` becomes the resumed checkpoint's folder, so the run writes beside it and ModelCheckpoint
+    restores its best score (Lightning drops it, with a warning, when ``dirpath`` changed). A run stopped in
+    GFM-RAG's pretraining resumes that stage (:func:`run_train`)."""
     if cfg.get("ckpt_path") == "last":
         folder = last_run_folder(cfg.checkpoint_dir)
-        if folder is None:
-            log.info("ckpt_path=last: no checkpoint of %s yet; starting a new run", cfg.run_name)
+        if folder is None and (folder := _newest_run(others := extended_runs(cfg))) is not None:
+            log.warning(
+                "ckpt_path=last: no checkpoint of run %s; resuming %s, the newest run whose name differs only in %s "
+                "(checkpoints stay in its folder; results are filed under %s)",
+                cfg.run_name,
+                folder,
+                "/".join(LENGTH_PARTS),
+                cfg.run_name,
+            )
+        elif folder is None:
+            searched = [Path(cfg.checkpoint_dir).parent, *others]
+            log.warning(
+                "ckpt_path=last: NOTHING TO RESUME: no checkpoint of run %s in %s; starting a NEW run. A run started "
+                "with other overrides has another name (only %s may differ): pass ckpt_path=<its last.ckpt> to "
+                "resume it",
+                cfg.run_name,
+                ", ".join(map(str, searched)),
+                "/".join(LENGTH_PARTS),
+            )
             return OmegaConf.merge(cfg, {"ckpt_path": None})
-        log.info("ckpt_path=last: resuming the run in %s", folder)
+        else:
+            log.info("ckpt_path=last: resuming the run in %s", folder)
         return OmegaConf.merge(cfg, {"checkpoint_dir": str(folder), "ckpt_path": resume_checkpoint(folder)})
     if not cfg.get("ckpt_path"):
         return cfg

@@ -46,6 +46,7 @@ from glmrag.models.gnn_input_cache import (
 )
 from glmrag.models.kg_datamodule import KGDataModule
 from glmrag.models.kg_sampler import KGBatchSampler
+from glmrag.models.resumable import ResumableLoader, trained_batches
 from glmrag.nn.graph_inputs import GraphInputs
 
 log = logging.getLogger(__name__)
@@ -172,9 +173,11 @@ class KGQADataModule(KGDataModule):
         )
         kgc = train and self.hparams.task == "kgc"
         collate = KGCCollate(self.indexes) if kgc else QACollate(self.indexes, self.question_emb, train)
-        return DataLoader(
+        return ResumableLoader(
             LocalBatches(records),
             sampler=sampler,
+            trained=trained_batches(self.trainer) if train and self.trainer is not None else None,
+            seed=self.hparams.seed,
             batch_size=None,  # the sampler yields whole local batches
             collate_fn=collate,
             num_workers=self.hparams.num_workers,

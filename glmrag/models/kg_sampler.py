@@ -17,8 +17,10 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from torch.utils.data import DistributedSampler
 
+from glmrag.models.resumable import ResumableSampler
 
-class KGBatchSampler(DistributedSampler):
+
+class KGBatchSampler(ResumableSampler, DistributedSampler):
     """Batches of one KG each, shuffled per epoch and split across ``num_replicas`` devices.
 
     ``groups[k]`` lists the dataset indices of KG ``k``. Each epoch, every KG's
@@ -32,7 +34,8 @@ class KGBatchSampler(DistributedSampler):
 
     It subclasses :class:`~torch.utils.data.DistributedSampler` (whose
     ``set_epoch`` it inherits) because Lightning then neither replaces it nor
-    wraps it under DDP, and still calls ``set_epoch`` every epoch.
+    wraps it under DDP, and still calls ``set_epoch`` every epoch. A resumed pass starts at the saved
+    batch (:class:`~glmrag.models.resumable.ResumableSampler`).
     """
 
     def __init__(
@@ -64,7 +67,7 @@ class KGBatchSampler(DistributedSampler):
         return batches
 
     def __iter__(self) -> Iterator[list[tuple[int, bool]]]:
-        for batch in self.global_batches():
+        for batch in self.global_batches()[self.first_batch() :]:
             local = math.ceil(len(batch) / self.num_replicas)
             padded = [(batch[i % len(batch)], i >= len(batch)) for i in range(local * self.num_replicas)]
             yield padded[self.rank * local : (self.rank + 1) * local]

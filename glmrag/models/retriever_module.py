@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import torch
 from lightning import LightningModule
+from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 from torchmetrics import MaxMetric, MeanMetric, Metric
 
@@ -33,6 +34,7 @@ from glmrag.index.ranking_metrics import retrieval_metrics
 from glmrag.io import plain_container
 from glmrag.models.checkpointing import SEEN_QUESTIONS_KEY, SEEN_VERSION_KEY, nest_flat_hparams, saved_hparams
 from glmrag.models.kg_datamodule import settings_from
+from glmrag.models.resumable import RANDOM_STREAMS_KEY, random_streams, restore_random_streams
 from glmrag.nn.prior import PriorSettings
 
 log = logging.getLogger(__name__)
@@ -247,6 +249,20 @@ class RetrieverModule(LightningModule, ABC):
         if seen is not None:
             checkpoint[SEEN_QUESTIONS_KEY] = sorted(seen)
             checkpoint[SEEN_VERSION_KEY] = FINGERPRINT_VERSION
+        if self._trainer is not None and self.trainer.state.fn == TrainerFn.FITTING:  # collective: every rank saves
+            checkpoint[RANDOM_STREAMS_KEY] = random_streams()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep the saved random states for :meth:`on_train_start` (a resumed fit; ``load_from_checkpoint`` too,
+        whose later fits without ``ckpt_path`` ignore them)."""
+        self._saved_streams = checkpoint.get(RANDOM_STREAMS_KEY)
+
+    def on_train_start(self) -> None:
+        """A fit resumed from a checkpoint: every rank takes back its random states of the saved step, so dropout
+        draws what the uninterrupted run drew (:mod:`glmrag.models.resumable`)."""
+        streams, self._saved_streams = getattr(self, "_saved_streams", None), None
+        if streams and self.trainer.ckpt_path:
+            restore_random_streams(streams, self.global_rank)
 
     def configure_optimizers(self) -> Any:
         """The optimizer, and the scheduler if one is set: a plain ``optimizer -> LRScheduler`` factory steps

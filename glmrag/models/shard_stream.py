@@ -18,6 +18,8 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import DistributedSampler
 
+from glmrag.models.resumable import ResumableSampler
+
 
 class RankStream(torch.utils.data.Dataset):
     """The batches of one rank over Parquet shards: ``stream[(epoch, b)]`` -> list of records (batch ``b``).
@@ -159,11 +161,13 @@ def read_rows(file: str, start: int, stop: int) -> Iterator[dict[str, Any]]:
         }
 
 
-class StreamBatchSampler(DistributedSampler):
+class StreamBatchSampler(ResumableSampler, DistributedSampler):
     """Yields ``(epoch, b)`` for the ``num_batches`` batches of a :class:`RankStream`.
 
     It carries the epoch to the (possibly persistent) workers. It subclasses DistributedSampler so
-    that Lightning neither replaces nor wraps it under DDP and calls its ``set_epoch`` every epoch.
+    that Lightning neither replaces nor wraps it under DDP and calls its ``set_epoch`` every epoch. A
+    resumed pass starts at the saved batch (:class:`~glmrag.models.resumable.ResumableSampler`); the
+    stream reads the skipped batches' records without collating them.
     """
 
     def __init__(self, num_batches: int, num_replicas: int = 1, rank: int = 0, seed: int = 0) -> None:
@@ -173,7 +177,7 @@ class StreamBatchSampler(DistributedSampler):
     def __iter__(self) -> Iterator[tuple[int, int]]:
         # Lazily: the epoch is read at the first batch, after Lightning's set_epoch (a resumed fit may
         # create the iterator before it sets the restored epoch).
-        for b in range(self.num_batches):
+        for b in range(self.first_batch(), self.num_batches):
             yield self.epoch, b
 
     def __len__(self) -> int:

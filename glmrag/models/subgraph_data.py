@@ -37,6 +37,7 @@ from glmrag.io import atomic_write_bytes, atomic_write_text, cache_root, default
 from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record, record_schema
 from glmrag.models.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
 from glmrag.models.kg_datamodule import KGDataModule, settings_from
+from glmrag.models.resumable import ResumableLoader, trained_batches
 from glmrag.models.shard_stream import RankStream, StreamBatchSampler
 from glmrag.progress import progress
 
@@ -318,9 +319,11 @@ class SubgraphDataModule(KGDataModule):
             # Lightning creates the loader's iterator (and workers prefetch) before it calls set_epoch; a
             # resumed fit must prefetch the restored epoch's batches, not epoch 0's.
             sampler.set_epoch(self.trainer.current_epoch)
-        return DataLoader(
+        return ResumableLoader(
             stream,
             sampler=sampler,
+            trained=trained_batches(self.trainer) if train and self.trainer is not None else None,
+            seed=self.hparams.seed,
             batch_size=None,  # the stream yields whole local batches
             collate_fn=GLMCollate(self.settings.position_mode, position_conflict=self.settings.position_conflict),
             num_workers=workers,
