@@ -171,6 +171,44 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def atomic_write_folder(folder: str | os.PathLike[str], files: Mapping[str, bytes]) -> Path:
+    """Write ``files`` (name -> bytes) as the folder ``folder``, replacing any folder there, all or nothing.
+
+    The files go to a temporary sibling ``.<name>.tmp-*``, are fsynced and the sibling is renamed into place;
+    an old folder is moved aside first (a crash between the renames leaves it in a ``.<name>.old-*`` sibling,
+    never a mixed folder) and removed after. Write errors name ``folder`` (:func:`write_error`).
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    os.chmod(tmp, default_mode(directory=True))
+    old = None
+    try:
+        for name, data in files.items():
+            _write_synced(tmp / name, data)
+        fsync_dir(tmp)
+        if folder.exists():
+            old = folder.parent / f".{folder.name}.old-{os.urandom(4).hex()}"
+            os.rename(folder, old)
+        os.rename(tmp, folder)
+        fsync_dir(folder.parent)
+    except BaseException as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, OSError):
+            raise write_error(folder, err) from err
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return folder
+
+
 # --- checkpoints: local files, loaded weights-only -------------------------------------------------------
 
 _REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")

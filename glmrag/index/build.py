@@ -4,7 +4,9 @@ The stages of GFM-RAG's KG-index construction, which GLM-RAG reuses (GLM-RAG §4
 normalise phrases, collect vocabularies and triples, add ``equivalent`` edges between entities whose
 embeddings are close (:class:`IndexSettings`), link question mentions to entities. Every distinct
 ``(head, relation, tail)`` is kept, where GFM-RAG's ``{(h, t): r}`` keeps the last relation of a pair. The
-embedding and the synonym search log their progress (:mod:`glmrag.progress`).
+embedding and the synonym search log their progress (:mod:`glmrag.progress`). The per-passage stages
+(:func:`extract_part`) and the global ones (:func:`assemble_index`) are separate, so a sharded build
+(:mod:`glmrag.index.shards`) runs the first on several machines and the second once.
 """
 
 from __future__ import annotations
@@ -97,7 +99,11 @@ def expected_manifest(
     )
 
 
-def _normalise(extractions: list[PassageExtraction], report: dict[str, int]):
+Normalised = tuple[list[str], list[tuple[str, str, str]]]
+"""One passage's normalised ``(entities, triples)``."""
+
+
+def _normalise(extractions: list[PassageExtraction], report: dict[str, int]) -> list[Normalised]:
     """Normalised ``(entities, triples)`` per passage; parts that normalise to "" are dropped and counted."""
     out = []
     for ex in extractions:
@@ -145,7 +151,9 @@ def number_groups(entities: Sequence[str]) -> np.ndarray:
     return np.array([ids.setdefault(tuple(sorted(re.findall(r"\d+", e))), len(ids)) for e in entities], dtype=np.int64)
 
 
-def _resolve_embedder(embedder: Embedder | None, settings: IndexSettings) -> Embedder | None:
+def resolve_embedder(embedder: Embedder | None, settings: IndexSettings) -> Embedder | None:
+    """``embedder``, or one of ``settings.embed_model`` when None (no embedder when that is None too); an
+    embedder of another model is an error."""
     if embedder is None:
         return Embedder(settings.embed_model) if settings.embed_model is not None else None
     if embedder.model_name != settings.embed_model:
@@ -154,6 +162,64 @@ def _resolve_embedder(embedder: Embedder | None, settings: IndexSettings) -> Emb
             "pass IndexSettings(embed_model=...) matching the embedder (or no embedder)"
         )
     return embedder
+
+
+@dataclass
+class IndexPart:
+    """The per-passage work of a build on a run of consecutive passages (all of them, or one shard's).
+
+    :func:`extract_part` makes it; :func:`assemble_index` joins the parts of a corpus into its index.
+    """
+
+    passage_ids: list[str]
+    """The passages, in corpus order."""
+    per_passage: list[Normalised]
+    """Normalised ``(entities, triples)`` of each passage (parts that normalise to "" dropped)."""
+    report: dict[str, int]
+    """The extractor's report plus the normalisation counts."""
+    phrases: list[str]
+    """Sorted entity candidates of these passages (:func:`entity_names`)."""
+    vectors: np.ndarray | None
+    """(len(phrases), d) float32 unit rows, or None when built without an embedder."""
+    timings: dict[str, float]
+    """Wall seconds of ``extract`` and ``embed_entities``."""
+
+
+def entity_names(per_passage: Sequence[Normalised], include_isolated: bool) -> set[str]:
+    """The entities these passages contribute: triple endpoints, and extracted entities when ``include_isolated``.
+
+    The entity vocabulary of a corpus is the union over its passages, so it does not depend on how it is split.
+    """
+    names = {n for _, triples in per_passage for t in triples for n in (t[0], t[2])}
+    if include_isolated:
+        names.update(e for entities, _ in per_passage for e in entities)
+    return names
+
+
+def extract_part(corpus: Corpus, extractor: Extractor, embedder: Embedder | None, settings: IndexSettings) -> IndexPart:
+    """Extract and normalise the passages of ``corpus`` and embed their entity candidates (the per-passage work)."""
+    t0 = time.perf_counter()
+    extractions = extractor.extract(corpus)
+    if [ex.passage_id for ex in extractions] != corpus.ids:
+        raise ValueError(f"{extractor!r} returned extractions that are not one per passage in corpus order")
+    timings = {"extract": time.perf_counter() - t0}
+    report = dict(extractor.report) | {"entities_empty_after_normalize": 0, "triples_empty_after_normalize": 0}
+    per_passage = _normalise(extractions, report)
+    phrases = sorted(entity_names(per_passage, settings.include_isolated_entities))
+    t1 = time.perf_counter()
+    vectors = embedder.encode(phrases) if embedder is not None else None
+    timings["embed_entities"] = time.perf_counter() - t1
+    return IndexPart(corpus.ids, per_passage, report, phrases, vectors, timings)
+
+
+def _entity_embeddings(parts: Sequence[IndexPart], entity_id: dict[str, int]) -> np.ndarray | None:
+    """(E, d) rows of the parts' phrase vectors; a phrase of several parts takes the first part's vector."""
+    if any(part.vectors is None for part in parts):
+        return None
+    emb = np.zeros((len(entity_id), parts[0].vectors.shape[1]), dtype=np.float32)
+    for part in reversed(parts):  # the first part writes last, so its vectors win
+        emb[[entity_id[p] for p in part.phrases]] = part.vectors
+    return emb
 
 
 def build_index(
@@ -171,32 +237,47 @@ def build_index(
     ``embedder`` None, one is made from ``settings.embed_model`` (or none when
     that is None); an embedder of another model is an error. The manifest
     records the inputs' hashes, extractor, settings, counts and timings.
+    One machine: :func:`extract_part` of the whole corpus, then :func:`assemble_index` (a sharded build,
+    :mod:`glmrag.index.shards`, assembles the parts of several machines).
     """
     settings = settings or IndexSettings()
-    qa = list(questions)
-    timings: dict[str, float] = {}
+    embedder = resolve_embedder(embedder, settings)
+    part = extract_part(corpus, extractor, embedder, settings)
+    return assemble_index(corpus, questions, [part], extractor, embedder, settings)
+
+
+def assemble_index(
+    corpus: Corpus,
+    questions: QASet | Sequence[Question],
+    parts: Sequence[IndexPart],
+    extractor: Extractor,
+    embedder: Embedder | None,
+    settings: IndexSettings,
+) -> KGIndex:
+    """The index of ``corpus`` from the :class:`IndexPart` of each run of its passages, in corpus order: the
+    global work (vocabularies, triples, synonym edges, question links, passage maps, manifest).
+
+    The result depends on the parts only through their passages' extractions and phrase vectors, so one part
+    and any split of the corpus give the same index (up to the float rounding of embedding a phrase in
+    another batch). ``embedder`` (of ``settings.embed_model``, or None) embeds the question mentions.
+    """
     t0 = time.perf_counter()
+    qa = list(questions)
+    if [p for part in parts for p in part.passage_ids] != corpus.ids:
+        raise ValueError("the parts do not cover the corpus's passages once each, in corpus order")
+    per_passage = [x for part in parts for x in part.per_passage]
+    report: dict[str, int] = {}
+    for part in parts:
+        for key, n in part.report.items():
+            report[key] = report.get(key, 0) + n
+    timings = {stage: sum(part.timings[stage] for part in parts) for stage in ("extract", "embed_entities")}
 
-    extractions = extractor.extract(corpus)
-    if [ex.passage_id for ex in extractions] != corpus.ids:
-        raise ValueError(f"{extractor!r} returned extractions that are not one per passage in corpus order")
-    timings["extract"] = time.perf_counter() - t0
-    report = dict(extractor.report) | {"entities_empty_after_normalize": 0, "triples_empty_after_normalize": 0}
-    per_passage = _normalise(extractions, report)
-
-    names = {n for _, triples in per_passage for t in triples for n in (t[0], t[2])}
-    if settings.include_isolated_entities:
-        names.update(e for entities, _ in per_passage for e in entities)
-    entities = sorted(names)
+    entities = sorted(set().union(*(part.phrases for part in parts)))
     entity_id = {e: i for i, e in enumerate(entities)}
     relations = sorted({t[1] for _, triples in per_passage for t in triples} | {SYNONYM_RELATION})
     relation_id = {r: i for i, r in enumerate(relations)}
     extracted = {(entity_id[h], relation_id[r], entity_id[t]) for _, triples in per_passage for h, r, t in triples}
-
-    t1 = time.perf_counter()
-    embedder = _resolve_embedder(embedder, settings)
-    emb = embedder.encode(entities) if embedder is not None else None
-    timings["embed_entities"] = time.perf_counter() - t1
+    emb = _entity_embeddings(parts, entity_id) if embedder is not None else None
 
     t1 = time.perf_counter()
     synonyms: set[tuple[int, int, int]] = set()
@@ -218,7 +299,7 @@ def build_index(
         links = link_mentions(mentions, entities, emb, encode, settings.link_min_score, settings.link_fallback)
         question_links = {q.id: ls for q, ls in zip(qa, links, strict=True)}
     timings["link_questions"] = time.perf_counter() - t1
-    timings["total"] = time.perf_counter() - t0
+    timings["total"] = timings["extract"] + timings["embed_entities"] + time.perf_counter() - t0
 
     entity_passages = _entity_passages(per_passage, entity_id, len(corpus))
     passage_facts = _passage_facts(per_passage, entity_id, relation_id, triples)
@@ -241,6 +322,7 @@ def build_index(
             "embedder": embedder.model_name if embedder is not None else None,
             "counts": counts,
             "extraction_report": report,
+            "shards": len(parts),
             "timings_s": {k: round(v, 3) for k, v in timings.items()},
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }

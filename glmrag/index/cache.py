@@ -11,8 +11,8 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping
-from dataclasses import fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from glmrag.data.types import Dataset, check_dataset_name
@@ -84,32 +84,57 @@ _READY: set[Path] = set()
 """Index folders already reported ready in this process (the job and its DataModules share an index)."""
 
 
-def get_index(dataset: Dataset, cfg: Mapping) -> KGIndex:
-    """The index of the whole dataset (all questions, so every split shares it), cached on disk.
+@dataclass
+class IndexRequest:
+    """An index config applied to a dataset: where its index is cached and what builds it."""
+
+    folder: Path
+    """``<cache_dir>/<dataset>-<extractor>-<hash of everything that decides the index>``."""
+    extractor: Extractor
+    settings: IndexSettings
+    embedder: Embedder | None
+    """Of ``settings.embed_model`` with the config's phrase cache (``embed_cache_dir``); None without a model."""
+
+
+def index_request(dataset: Dataset, cfg: Mapping) -> IndexRequest:
+    """The cache folder, extractor, settings and embedder of ``dataset``'s index under the index config ``cfg``.
 
     The folder name carries a hash of everything that decides the index, so
-    ablations over index settings coexist; a stale or corrupt folder is rebuilt.
+    ablations over index settings coexist.
     """
     extractor = make_extractor(
         cfg["extractor"], dataset, cfg.get("spacy_processes", 1), cfg.get("llm"), cfg.get("llm_openie")
     )
-    cache_dir = cfg.get("embed_cache_dir")
     settings = index_settings(cfg)
     expect = expected_manifest(dataset.corpus, dataset.qa, extractor, settings)
     key = hashlib.sha256(json.dumps(expect, sort_keys=True).encode()).hexdigest()[:10]
     root = Path(cfg["cache_dir"]).expanduser()
     folder = root / f"{check_dataset_name(dataset.name, 'the dataset name')}-{extractor.name}-{key}"
+    cache_dir = cfg.get("embed_cache_dir")
     embedder = Embedder(settings.embed_model, cache_dir=cache_dir) if settings.embed_model else None
+    return IndexRequest(folder, extractor, settings, embedder)
+
+
+def get_index(dataset: Dataset, cfg: Mapping, build: Callable[[IndexRequest], KGIndex] | None = None) -> KGIndex:
+    """The index of the whole dataset (all questions, so every split shares it), cached on disk
+    (:func:`index_request`); a stale or corrupt folder is rebuilt.
+
+    ``build``: make the index this way and store it, whatever the folder holds (the merge of a sharded build,
+    :mod:`glmrag.jobs.index`); None: load it, or build it on this machine when missing or stale.
+    """
+    request = index_request(dataset, cfg)
+    folder = request.folder
     start = time.perf_counter()
     index = load_or_build(
         folder,
         dataset.corpus,
         dataset.qa,
-        extractor,
-        embedder,
-        settings,
-        rebuild=True if cfg.get("rebuild") else None,
+        request.extractor,
+        request.embedder,
+        request.settings,
+        rebuild=True if cfg.get("rebuild") or build is not None else None,
         lock_timeout=cfg.get("lock_timeout"),
+        build=(lambda: build(request)) if build is not None else None,
     )
     level = logging.DEBUG if folder in _READY else logging.INFO
     _READY.add(folder)

@@ -15,11 +15,8 @@ import hashlib
 import io
 import json
 import logging
-import os
 import shutil
-import tempfile
-import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +27,7 @@ from glmrag.index.build import FORMAT_VERSION, IndexSettings, build_index, expec
 from glmrag.index.embed import Embedder
 from glmrag.index.extractors.base import Extractor
 from glmrag.index.kg import Adjacency, EntityLink, KGIndex
-from glmrag.io import check_writable, default_mode, file_lock, fsync_dir, write_error
+from glmrag.io import atomic_write_folder, check_writable, file_lock
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
@@ -54,13 +51,6 @@ def _npz(**arrays: np.ndarray) -> bytes:
 
 def _json(obj) -> bytes:
     return json.dumps(obj, ensure_ascii=False).encode()
-
-
-def _write(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _sha(data: bytes) -> str:
@@ -121,36 +111,15 @@ def save_index(index: KGIndex, folder: str | Path) -> Path:
                                built from extractions
         question_links.jsonl   {"question_id", "links": [{"mention", "entity", "score"}]} per line
     """
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
-    os.chmod(tmp, default_mode(directory=True))
-    try:
-        files = _files_of(index)
-        for name, data in files.items():
-            _write(tmp / name, data)
-        manifest = dict(index.manifest) | {
-            "format_version": FORMAT_VERSION,
-            "embeddings": "entity_embeddings.npy" in files,
-            "passage_facts": "passage_facts.npz" in files,
-            "files": {name: _sha(data) for name, data in files.items()},
-        }
-        _write(tmp / MANIFEST, json.dumps(manifest, ensure_ascii=False, indent=1).encode())
-        fsync_dir(tmp)
-        old = None
-        if folder.exists():
-            old = folder.parent / f".{folder.name}.old-{uuid.uuid4().hex[:8]}"
-            os.rename(folder, old)
-        os.rename(tmp, folder)
-        fsync_dir(folder.parent)
-    except BaseException as err:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(err, OSError):
-            raise write_error(folder, err) from err
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    return folder
+    files = _files_of(index)
+    manifest = dict(index.manifest) | {
+        "format_version": FORMAT_VERSION,
+        "embeddings": "entity_embeddings.npy" in files,
+        "passage_facts": "passage_facts.npz" in files,
+        "files": {name: _sha(data) for name, data in files.items()},
+    }
+    files[MANIFEST] = json.dumps(manifest, ensure_ascii=False, indent=1).encode()
+    return atomic_write_folder(folder, files)
 
 
 BASE_FILES = frozenset(
@@ -191,8 +160,8 @@ def required_files(manifest: dict) -> set[str]:
     return set(BASE_FILES) | {name for name, present in optional.items() if present}
 
 
-def _differences(manifest: dict, expect: dict) -> list[str]:
-    """Human-readable ``key: index has X, expected Y`` lines, one level into nested dicts."""
+def manifest_differences(manifest: dict, expect: dict, what: str = "index") -> list[str]:
+    """Human-readable ``key: <what> has X, expected Y`` lines, one level into nested dicts."""
     out = []
     for key, want in json.loads(json.dumps(expect)).items():
         have = manifest.get(key)
@@ -201,9 +170,9 @@ def _differences(manifest: dict, expect: dict) -> list[str]:
         if isinstance(have, dict) and isinstance(want, dict):
             for sub in sorted(set(have) | set(want)):
                 if have.get(sub) != want.get(sub):
-                    out.append(f"{key}.{sub}: index has {have.get(sub)!r}, expected {want.get(sub)!r}")
+                    out.append(f"{key}.{sub}: {what} has {have.get(sub)!r}, expected {want.get(sub)!r}")
         else:
-            out.append(f"{key}: index has {have!r}, expected {want!r}")
+            out.append(f"{key}: {what} has {have!r}, expected {want!r}")
     return out
 
 
@@ -236,7 +205,7 @@ def load_index(folder: str | Path, expect: dict | None = None) -> KGIndex:
     """
     folder = Path(folder)
     manifest = read_manifest(folder)
-    if expect and (diffs := _differences(manifest, expect)):
+    if expect and (diffs := manifest_differences(manifest, expect)):
         raise StaleIndexError(
             f"{folder}: the index was built from other inputs:\n  "
             + "\n  ".join(diffs)
@@ -317,6 +286,7 @@ def load_or_build(
     settings: IndexSettings | None = None,
     rebuild: bool | None = None,
     lock_timeout: float | None = None,
+    build: Callable[[], KGIndex] | None = None,
 ) -> KGIndex:
     """The index of these inputs: loaded from ``folder`` when it matches, else built and saved there.
 
@@ -325,6 +295,8 @@ def load_or_build(
     A folder that could not be written raises ``PermissionError`` before the build, not after it. A run
     waiting for another's build logs who builds; after ``lock_timeout`` seconds (None: no limit) it raises
     :class:`~glmrag.io.LockTimeout` (a builder stopped by Ctrl+Z holds the lock until it resumes).
+    ``build`` makes the index when one is needed (default: :func:`~glmrag.index.build.build_index` of these
+    inputs; the merge of a sharded build passes its own, :mod:`glmrag.index.shards`).
     """
     settings = settings or IndexSettings()
     folder = Path(folder)
@@ -353,7 +325,7 @@ def load_or_build(
             else:
                 log.info("no index at %s yet; building it", folder)
         remove_stale_temps(folder)
-        index = build_index(corpus, questions, extractor, embedder, settings)
+        index = build() if build is not None else build_index(corpus, questions, extractor, embedder, settings)
         save_index(index, folder)
     return index
 

@@ -76,7 +76,7 @@ def test_a_full_cache_disk_names_the_index_folder(tmp_path, monkeypatch, toy_inp
     def full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(store, "_write", full)
+    monkeypatch.setattr(glmrag.io, "_write_synced", full)
     folder = tmp_path / "cache" / "toy-idx"
     with pytest.raises(DiskFullError, match=r"toy-idx: no space left on its filesystem"):
         store.load_or_build(folder, corpus, questions, extractor, None, settings)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import glmrag.index.store as store
+import glmrag.io
 from glmrag.data.types import Corpus, Passage, Question
 from glmrag.index.build import IndexSettings
 from glmrag.index.extractors import Extractor, PassageExtraction
@@ -101,8 +101,8 @@ def test_replacing_an_index_is_atomic(tmp_path, monkeypatch):
             raise OSError("disk full")
         return real_write(path, data)
 
-    real_write = store._write
-    monkeypatch.setattr(store, "_write", crash)
+    real_write = glmrag.io._write_synced
+    monkeypatch.setattr(glmrag.io, "_write_synced", crash)
     with pytest.raises(OSError, match="disk full"):
         save_index(_index(), folder)
     monkeypatch.undo()
