@@ -42,7 +42,7 @@ KERNELS = ("eager", "compiled")
 KERNEL = "eager"
 """The default kernel: ``eager`` (chunked PyTorch ops) or ``compiled`` (the same chunk body through
 ``torch.compile``, which fuses gather, product and scatter into one loop). On the CPU above, one thread,
-``compiled`` sums a 2Wiki-size layer in 0.19 CPU s against eager's 0.25 s (GFM-RAG's C++ rspmm: 0.24 s;
+``compiled`` sums a 2Wiki-size layer in 0.20 CPU s against eager's 0.26 s (GFM-RAG's C++ rspmm: 0.23 s;
 ``benchmarks/bench_rspmm_peer.py``), but a GNN training step gains only 2-14% (dense matmuls dominate) for 5-9 s
 of compiling per process and shape class and a C++ toolchain, so it is not the default
 (``benchmarks/scaling.md``). It sums with atomic adds on a GPU, so it is deterministic only on a CPU."""

@@ -42,6 +42,7 @@ from glmrag.retrievers.base import Ranking
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class RandomWalk(Walk):
     """The walk on the index's entities (:class:`~glmrag.graph.pagerank.Walk`) and each entity's specificity."""
