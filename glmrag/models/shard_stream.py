@@ -1,16 +1,18 @@
-"""The shard stream: one rank's batches of Parquet record shards, read once per epoch.
+"""The shard stream: one rank's batches of record shards, read once per epoch.
 
 :class:`RankStream` cuts an epoch's records into one contiguous part per (rank, DataLoader worker), so
 each worker reads only its own shards; :class:`StreamBatchSampler` hands the epoch to (persistent)
-workers. Every reader yields the same number of batches, or DDP would hang at the epoch's end.
-:mod:`glmrag.models.subgraph_data` writes the shards and builds the loaders.
+workers. Every reader yields the same number of batches, or DDP would hang at the epoch's end. The shards
+are :class:`Shards`: Parquet files (:class:`ParquetShards`) or LitData chunks in a local folder or object
+storage (:class:`~glmrag.models.chunk_records.ChunkShards`). :mod:`glmrag.models.subgraph_data` writes
+the shards and builds the loaders.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -21,8 +23,30 @@ from torch.utils.data import DistributedSampler
 from glmrag.models.resumable import ResumableSampler
 
 
+class Shards(Protocol):
+    """Records stored in shards: ``counts[i]`` records in shard ``i``, read by row range."""
+
+    counts: list[int]
+
+    def rows(self, shard: int, start: int, stop: int) -> Iterator[dict[str, Any]]:
+        """Records ``start:stop`` of shard ``shard``, in their stored order."""
+        ...
+
+
+class ParquetShards:
+    """:class:`Shards` in Parquet files (:func:`~glmrag.models.subgraph_data.write_split`)."""
+
+    def __init__(self, files: Sequence[str], counts: Sequence[int]) -> None:
+        if len(files) != len(counts):
+            raise ValueError(f"{len(files)} shard files but {len(counts)} shard counts")
+        self.files, self.counts = list(files), [int(c) for c in counts]
+
+    def rows(self, shard: int, start: int, stop: int) -> Iterator[dict[str, Any]]:
+        return read_rows(self.files[shard], start, stop)
+
+
 class RankStream(torch.utils.data.Dataset):
-    """The batches of one rank over Parquet shards: ``stream[(epoch, b)]`` -> list of records (batch ``b``).
+    """The batches of one rank over record shards: ``stream[(epoch, b)]`` -> list of records (batch ``b``).
 
     Each epoch the shards are ordered (shuffled per epoch when ``shuffle``) and their records, in that
     order, cut into ``world_size x readers`` contiguous parts of sizes differing by at most one. Rank
@@ -38,8 +62,7 @@ class RankStream(torch.utils.data.Dataset):
 
     def __init__(
         self,
-        files: Sequence[str],
-        counts: Sequence[int],
+        shards: Shards,
         batch_size: int,
         rank: int = 0,
         world_size: int = 1,
@@ -54,9 +77,7 @@ class RankStream(torch.utils.data.Dataset):
                 f"need batch_size >= 1, readers >= 1 and 0 <= rank < world_size, got {batch_size}, {readers}, "
                 f"{rank}, {world_size}"
             )
-        if len(files) != len(counts):
-            raise ValueError(f"{len(files)} shard files but {len(counts)} shard counts")
-        self.files, self.counts, self.batch_size = list(files), [int(c) for c in counts], batch_size
+        self.shards, self.counts, self.batch_size = shards, list(shards.counts), batch_size
         self.rank, self.world_size, self.readers = rank, world_size, readers
         self.shuffle, self.seed, self.buffer_size, self.pad_real = shuffle, seed, buffer_size, pad_real
         self.count = sum(self.counts)
@@ -74,8 +95,8 @@ class RankStream(torch.utils.data.Dataset):
     def shard_order(self, epoch: int) -> list[int]:
         """The shards in the order their records are numbered in ``epoch``."""
         if not self.shuffle:
-            return list(range(len(self.files)))
-        return np.random.default_rng([self.seed, epoch]).permutation(len(self.files)).tolist()
+            return list(range(len(self.counts)))
+        return np.random.default_rng([self.seed, epoch]).permutation(len(self.counts)).tolist()
 
     def part(self, epoch: int, reader: int) -> list[tuple[int, int, int]]:
         """``(shard, first_row, stop_row)`` slices making up this rank's part ``reader`` in ``epoch``."""
@@ -91,7 +112,7 @@ class RankStream(torch.utils.data.Dataset):
         return slices
 
     def _rows(self, epoch: int, reader: int) -> Iterator[dict[str, Any]]:
-        rows = (row for shard, a, b in self.part(epoch, reader) for row in read_rows(self.files[shard], a, b))
+        rows = (row for shard, a, b in self.part(epoch, reader) for row in self.shards.rows(shard, a, b))
         if not self.shuffle:
             yield from rows
             return
@@ -123,7 +144,7 @@ class RankStream(torch.utils.data.Dataset):
         if made > self.per_reader:
             raise RuntimeError(f"reader {reader} of rank {self.rank} made {made} batches, more than {self.per_reader}")
         if made < self.per_reader and first is None:  # an empty part: borrow the split's first record
-            first = next(row for shard in range(len(self.files)) for row in read_rows(self.files[shard], 0, 1))
+            first = next(row for shard in range(len(self.counts)) for row in self.shards.rows(shard, 0, 1))
         for _ in range(self.per_reader - made):
             yield [first | {"real": self.pad_real}]
 

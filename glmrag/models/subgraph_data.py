@@ -18,7 +18,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +34,12 @@ from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.index.store import content_manifest
 from glmrag.io import atomic_write_bytes, atomic_write_text, cache_root, default_mode, plain_container
+from glmrag.models.chunk_records import ChunkShards, default_chunk_cache, write_chunks
 from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record, record_schema
 from glmrag.models.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
 from glmrag.models.kg_datamodule import KGDataModule, settings_from
 from glmrag.models.resumable import ResumableLoader, trained_batches
-from glmrag.models.shard_stream import RankStream, StreamBatchSampler
+from glmrag.models.shard_stream import ParquetShards, RankStream, Shards, StreamBatchSampler
 from glmrag.progress import progress
 
 log = logging.getLogger(__name__)
@@ -47,11 +48,13 @@ RECORDS_FORMAT = 2
 """Version of the stored records; bump it when :func:`question_record` or the schema changes."""
 META = "meta.json"
 SPLIT_NAMES = ("train_split", "val_split", "test_split")
+STORES = {"parquet": "glm_subgraphs", "litdata": "glm_chunks"}
+"""How the records are stored -> the folder of ``$GLMRAG_CACHE_DIR`` that holds them by default."""
 
 
-def default_cache_dir() -> str:
-    """``$GLMRAG_CACHE_DIR/glm_subgraphs``."""
-    return str(cache_root() / "glm_subgraphs")
+def default_cache_dir(store: str = "parquet") -> str:
+    """``$GLMRAG_CACHE_DIR/glm_subgraphs`` (Parquet shards) or ``.../glm_chunks`` (LitData chunks)."""
+    return str(cache_root() / STORES[store])
 
 
 # --- the stored splits ------------------------------------------------------------------------------
@@ -96,23 +99,35 @@ def read_meta(folder: str | Path) -> dict[str, Any] | None:
     return meta
 
 
+class RecordStats:
+    """Counts over a split's records, kept in its ``meta.json`` (``stats``)."""
+
+    def __init__(self) -> None:
+        names = ("without_nodes", "without_target_nodes", "truncated", "max_tokens", "total_tokens")
+        self.counts = dict.fromkeys(names, 0)
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        counts = self.counts
+        counts["without_nodes"] += len(record["entity_of_node"]) == 0
+        counts["without_target_nodes"] += len(record["target_nodes"]) == 0
+        counts["truncated"] += bool(record["truncated"])
+        counts["max_tokens"] = max(counts["max_tokens"], int(record["num_tokens"]))
+        counts["total_tokens"] += int(record["num_tokens"])
+
+
 def write_split(folder: str | Path, records: Iterable[Mapping[str, Any]], shard_size: int, meta: dict) -> dict:
     """Write ``records`` as Parquet shards of ``shard_size`` and then ``meta.json`` into ``folder``.
 
     Records are consumed as a stream: at most one shard is held in memory. The folder appears under its
-    final name only complete (temporary sibling, renamed); a folder already there without a valid
-    ``meta.json`` is replaced, a complete one (another process was faster) is kept. Returns the meta:
-    ``meta`` plus ``format``, ``count``, ``shards`` (``file``, ``count``) and ``stats``.
+    final name only complete (:func:`publish_split`). Returns the meta: ``meta`` plus ``format``, ``count``,
+    ``shards`` (``file``, ``count``) and ``stats``.
     """
     if shard_size < 1:
         raise ValueError(f"shard_size must be >= 1, got {shard_size}")
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
-    os.chmod(tmp, default_mode(directory=True))
+    folder, tmp = temporary_sibling(folder)
     shards: list[dict[str, Any]] = []
     buffer: list[Mapping[str, Any]] = []
-    stats = {"without_nodes": 0, "without_target_nodes": 0, "truncated": 0, "max_tokens": 0, "total_tokens": 0}
+    stats = RecordStats()
 
     def flush() -> None:
         name = f"shard-{len(shards):05d}.parquet"
@@ -126,28 +141,58 @@ def write_split(folder: str | Path, records: Iterable[Mapping[str, Any]], shard_
     try:
         for record in progress(records, f"subgraph shards ({Path(folder).name})", unit="question"):
             buffer.append(record)
-            stats["without_nodes"] += len(record["entity_of_node"]) == 0
-            stats["without_target_nodes"] += len(record["target_nodes"]) == 0
-            stats["truncated"] += bool(record["truncated"])
-            stats["max_tokens"] = max(stats["max_tokens"], int(record["num_tokens"]))
-            stats["total_tokens"] += int(record["num_tokens"])
+            stats.add(record)
             if len(buffer) == shard_size:
                 flush()
         if buffer:
             flush()
-        count = sum(shard["count"] for shard in shards)
-        meta = meta | {"format": RECORDS_FORMAT, "count": count, "shards": shards, "stats": stats}
-        atomic_write_text(tmp / META, json.dumps(meta, indent=1, sort_keys=True))
-        if folder.exists():
-            if (done := read_meta(folder)) is not None:
-                shutil.rmtree(tmp)
-                return done
-            log.warning("replacing the incomplete subgraph folder %s (no valid %s)", folder, META)
-            shutil.rmtree(folder)
-        os.rename(tmp, folder)
+        return publish_split(tmp, folder, meta | {"store": "parquet", "shards": shards, "stats": stats.counts})
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def write_chunk_split(
+    folder: str | Path, make: Callable[[int], Mapping[str, Any]], count: int, chunk_size: int, workers: int, meta: dict
+) -> dict:
+    """Write records ``make(0)``, ..., ``make(count - 1)`` as LitData chunks of ``chunk_size`` into ``folder``
+    with LitData's writer in ``workers`` processes (:func:`~glmrag.models.chunk_records.write_chunks`), then
+    ``meta.json`` as :func:`write_split` does (``shards`` are the chunks)."""
+    folder, tmp = temporary_sibling(folder)
+    try:
+        chunks = write_chunks(tmp, make, count, chunk_size, workers)
+        stats, written = RecordStats(), ChunkShards([str(tmp)]) if chunks else None
+        for shard, chunk in enumerate(chunks):
+            for record in written.rows(shard, 0, chunk["count"]):
+                stats.add(record)
+        return publish_split(tmp, folder, meta | {"store": "litdata", "shards": chunks, "stats": stats.counts})
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def temporary_sibling(folder: str | Path) -> tuple[Path, Path]:
+    """``folder`` as a Path, and a new empty temporary folder beside it to write the split into."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    os.chmod(tmp, default_mode(directory=True))
+    return folder, tmp
+
+
+def publish_split(tmp: Path, folder: Path, meta: dict) -> dict:
+    """Write ``meta.json`` (``meta`` plus ``format`` and ``count``) into the written split ``tmp``, then rename
+    it to ``folder``: a folder already there without a valid ``meta.json`` is replaced, a complete one
+    (another process was faster) is kept. Returns the meta of ``folder``."""
+    meta = meta | {"format": RECORDS_FORMAT, "count": sum(shard["count"] for shard in meta["shards"])}
+    atomic_write_text(tmp / META, json.dumps(meta, indent=1, sort_keys=True))
+    if folder.exists():
+        if (done := read_meta(folder)) is not None:
+            shutil.rmtree(tmp)
+            return done
+        log.warning("replacing the incomplete subgraph folder %s (no valid %s)", folder, META)
+        shutil.rmtree(folder)
+    os.rename(tmp, folder)
     return meta
 
 
@@ -172,9 +217,18 @@ class SubgraphDataModule(KGDataModule):
             :class:`~glmrag.models.glm_inputs.SubgraphSettings` (``max_hops``, ``max_triplets``, ``layout``,
             ``use_text``, ``position_mode``, ``seed``, ``question_eos``, ``position_conflict``, ``precompute``)
             as a mapping, missing ones at their defaults; all but ``precompute`` must equal the model's.
-        shard_size: records per Parquet shard.
+        shard_size: records per shard (Parquet file or LitData chunk).
         shuffle_buffer: records in the training shuffle buffer.
-        cache_dir: where the shards live (None: ``$GLMRAG_CACHE_DIR/glm_subgraphs``).
+        cache_dir: where the shards are written (None: ``$GLMRAG_CACHE_DIR/glm_subgraphs``, or ``glm_chunks``
+            for ``store="litdata"``).
+        store: ``parquet`` (glmrag's writer) or ``litdata`` (LitData's chunks: written by its parallel writer,
+            readable from object storage; :mod:`glmrag.models.chunk_records`). Both stream through the same
+            :class:`~glmrag.models.shard_stream.RankStream`, so the same records give the same batches.
+        records_url: ``litdata`` only: read the splits from this URL (e.g. ``s3://bucket/glm_chunks``) instead
+            of ``cache_dir``, whose layout (``<key>/<dataset>/<split>``) it mirrors; nothing is written then
+            (copy a ``cache_dir`` there, e.g. ``aws s3 sync``; docs/clusters.md).
+        storage_options: LitData's client options for ``records_url`` (for S3: boto3's, e.g. ``endpoint_url``).
+        write_workers: processes of LitData's writer (``store="litdata"``).
         questions: the fields of :class:`~glmrag.models.kg_datamodule.QuestionSettings` (root, train_split,
             val_split, test_split, limit, train_fraction, seed, embed_model), as keyword arguments.
     """
@@ -190,6 +244,10 @@ class SubgraphDataModule(KGDataModule):
         shard_size: int = 256,
         shuffle_buffer: int = 1024,
         cache_dir: str | None = None,
+        store: str = "parquet",
+        records_url: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        write_workers: int = 1,
         **questions: Any,
     ) -> None:
         super().__init__()
@@ -198,19 +256,29 @@ class SubgraphDataModule(KGDataModule):
             raise ValueError(f"num_workers must be >= 0 or null (chosen from the cores), got {num_workers}")
         if shard_size < 1 or shuffle_buffer < 1 or batch_size < 1:
             raise ValueError(f"batch_size={batch_size}, shard_size={shard_size}, shuffle_buffer={shuffle_buffer}: >= 1")
+        if store not in STORES:
+            raise ValueError(f"datamodule.store must be one of {sorted(STORES)}, got {store!r}")
+        if records_url is not None and store != "litdata":
+            raise ValueError(f"datamodule.records_url={records_url!r} needs datamodule.store=litdata, not {store!r}")
+        if write_workers < 1:
+            raise ValueError(f"datamodule.write_workers must be >= 1, got {write_workers}")
         self.settings = subgraph_settings(subgraph)
         subgraph = self.settings.as_dict()  # every field, plain, in the hyper-parameters
+        storage_options = plain_container(storage_options or {})
         self.save_hyperparameters(logger=False)
-        self.cache_dir = Path(cache_dir or default_cache_dir())
+        self.cache_dir = Path(cache_dir or default_cache_dir(store))
         self.batch_size_per_device = batch_size
         self.indexes: dict[str, KGIndex] = {}
         self.splits: dict[str, list[dict[str, Any]]] = {}
         """Split name -> the ``meta.json`` of each dataset's folder, with its ``folder`` added."""
+        self.shards: dict[str, Shards] = {}
+        """Split name -> the records of all its datasets, in order."""
 
     # -- the cache --
 
     def _split_folders(self, name: str, index: KGIndex, vocab_size: int) -> Iterator[tuple[str, list[Question], Path]]:
-        """``(split_name, questions, folder)`` of every configured split of dataset ``name``."""
+        """``(split_name, questions, folder)`` of every configured split of dataset ``name`` (the folder in
+        ``cache_dir``; :meth:`location` for where it is read from)."""
         hp = self.hparams
         for split_name in SPLIT_NAMES:
             if (split := hp[split_name]) is None:
@@ -221,14 +289,21 @@ class SubgraphDataModule(KGDataModule):
             key = split_key(index, self.settings, hp.tokenizer, vocab_size, hp.embed_model, ids, drop_untargeted=train)
             yield split_name, questions, self.cache_dir / key / name / split
 
+    def location(self, folder: Path) -> str:
+        """Where the split written to ``folder`` is read from: ``folder``, or its place under ``records_url``."""
+        if self.hparams.records_url is None:
+            return str(folder)
+        return "/".join([self.hparams.records_url.rstrip("/"), *folder.relative_to(self.cache_dir).parts])
+
     def prepare_data(self) -> None:
-        """Build every index, and the shards of every split not stored yet (once per node)."""
+        """Build every index, and the shards of every split not stored yet (once per node; with
+        ``records_url``, the indexes only: the records are read from there)."""
         tokenizer = load_tokenizer(self.hparams.tokenizer)
         for name in self.hparams.datasets:
             full = load_dataset(name, root=self.hparams.root)
             index = get_index(full, self._index_cfg(name))
             for split_name, questions, folder in self._split_folders(name, index, len(tokenizer)):
-                if read_meta(folder) is None:
+                if self.hparams.records_url is None and read_meta(folder) is None:
                     self._write(full, index, tokenizer, questions, folder, train=split_name == "train_split")
 
     def _write(
@@ -242,7 +317,6 @@ class SubgraphDataModule(KGDataModule):
             log.info(
                 "%s/%s: %d questions without target entities dropped", name, folder.name, len(questions) - len(kept)
             )
-        records = (question_record(index, q, name, tokenizer, self.settings, embeddings[q.id].numpy()) for q in kept)
         meta = {
             "dataset": name,
             "split": folder.name,
@@ -252,7 +326,11 @@ class SubgraphDataModule(KGDataModule):
             "vocab_size": len(tokenizer),
             "embed_model": hp.embed_model,
         }
-        meta = write_split(folder, records, hp.shard_size, meta)
+        make = QuestionRecords(index, kept, name, tokenizer, self.settings, {q.id: embeddings[q.id] for q in kept})
+        if hp.store == "litdata":
+            meta = write_chunk_split(folder, make, len(kept), hp.shard_size, hp.write_workers, meta)
+        else:
+            meta = write_split(folder, (make(i) for i in range(len(kept))), hp.shard_size, meta)
         log.info(
             "%s/%s: %d subgraphs in %d shards at %s", name, folder.name, meta["count"], len(meta["shards"]), folder
         )
@@ -269,14 +347,32 @@ class SubgraphDataModule(KGDataModule):
             self.corpora[name] = full.corpus
             index = get_index(full, self._index_cfg(name))
             for split_name, _, folder in self._split_folders(name, index, vocab_size):
-                if (meta := read_meta(folder)) is None:
+                if self.hparams.records_url is not None:
+                    splits[split_name].append({"folder": self.location(folder)})
+                elif (meta := read_meta(folder)) is None:
                     raise FileNotFoundError(
                         f"{folder / META}: no complete subgraph shards of {name}/{folder.name} for these settings; "
                         "call prepare_data() first (Lightning does so before setup)"
                     )
-                splits[split_name].append(meta | {"folder": str(folder)})
+                else:
+                    splits[split_name].append(meta | {"folder": str(folder)})
             self.indexes[name] = index
         self.splits = splits
+        self.shards = {split_name: self._shards(parts) for split_name, parts in splits.items()}
+
+    def _shards(self, parts: list[dict[str, Any]]) -> Shards:
+        """The records of a split's datasets (``parts``: their metas), in order."""
+        if self.hparams.store == "parquet":
+            files = [str(Path(meta["folder"]) / shard["file"]) for meta in parts for shard in meta["shards"]]
+            return ParquetShards(files, [shard["count"] for meta in parts for shard in meta["shards"]])
+        locations = [meta["folder"] for meta in parts]
+        try:
+            return ChunkShards(locations, self.hparams.storage_options, default_chunk_cache())
+        except FileNotFoundError as err:  # only records_url gets here: a local folder was checked by read_meta
+            raise FileNotFoundError(
+                f"{err}; datamodule.records_url={self.hparams.records_url!r} lacks a split of these settings: write "
+                f"it once without records_url (into {self.cache_dir}) and copy that folder there"
+            ) from err
 
     # -- loaders --
 
@@ -296,15 +392,11 @@ class SubgraphDataModule(KGDataModule):
     def _loader(self, split_name: str, train: bool) -> DataLoader:
         if split_name not in self.splits:
             raise ValueError(f"{split_name} is None: this DataModule was configured without that split")
-        parts = self.splits[split_name]
-        files = [str(Path(meta["folder"]) / shard["file"]) for meta in parts for shard in meta["shards"]]
         world = self.trainer.world_size if self.trainer is not None else 1
         rank = self.trainer.global_rank if self.trainer is not None else 0
-        counts = [shard["count"] for meta in parts for shard in meta["shards"]]
         workers = self.num_workers
         stream = RankStream(
-            files,
-            counts,
+            self.shards[split_name],
             self.batch_size_per_device,
             rank=rank,
             world_size=world,
@@ -330,3 +422,15 @@ class SubgraphDataModule(KGDataModule):
             persistent_workers=workers > 0,
             pin_memory=torch.cuda.is_available(),  # page-locked batches copy to the GPU asynchronously
         )
+
+
+class QuestionRecords:
+    """``i -> question_record(...)`` of the ``i``-th of ``questions``: what LitData's writer processes run."""
+
+    def __init__(self, index: KGIndex, questions: list[Question], kg: str, tokenizer, settings, embeddings) -> None:
+        self.index, self.questions, self.kg = index, questions, kg
+        self.tokenizer, self.settings, self.embeddings = tokenizer, settings, embeddings
+
+    def __call__(self, i: int) -> dict[str, Any]:
+        q = self.questions[i]
+        return question_record(self.index, q, self.kg, self.tokenizer, self.settings, self.embeddings[q.id].numpy())

@@ -59,7 +59,7 @@ class SigtermAt(Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def glm_parts(index_config, cache_dir):
+def glm_parts(index_config, cache_dir, **storage):
     dm = SubgraphDataModule(
         datasets=["musique100"],
         index=index_config(embed_model=None),  # no entity embeddings: the index builds in seconds
@@ -70,6 +70,7 @@ def glm_parts(index_config, cache_dir):
         cache_dir=str(cache_dir),
         tokenizer=DEFAULT_MODEL,
         subgraph={"max_triplets": MAX_TRIPLETS},
+        **storage,
     )
     model = GLMRetrieverModule(
         glm={"t5_config": T5_DROPOUT, "tokenizer": DEFAULT_MODEL},
@@ -78,6 +79,11 @@ def glm_parts(index_config, cache_dir):
         optimizer=partial(torch.optim.AdamW),
     )
     return dm, model
+
+
+def glm_chunk_parts(index_config, cache_dir):
+    """:func:`glm_parts` with the records in LitData chunks (``datamodule.store=litdata``)."""
+    return glm_parts(index_config, cache_dir / "chunks", store="litdata")
 
 
 def gnn_parts(index_config, cache_dir):
@@ -93,7 +99,7 @@ def subgraphs(tmp_path_factory):
     return tmp_path_factory.mktemp("subgraphs")
 
 
-@pytest.mark.parametrize("parts", [glm_parts, gnn_parts], ids=["glm", "gnn"])
+@pytest.mark.parametrize("parts", [glm_parts, glm_chunk_parts, gnn_parts], ids=["glm", "glm_litdata", "gnn"])
 def test_sigterm_mid_epoch_then_resume_repeats_the_uninterrupted_run(
     parts, index_config, subgraphs, cpu_trainer, tmp_path
 ):

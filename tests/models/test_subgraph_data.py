@@ -21,7 +21,7 @@ from glmrag.index.synthetic import random_kg
 from glmrag.models import shard_stream
 from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer, question_record
 from glmrag.models.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
-from glmrag.models.shard_stream import RankStream, StreamBatchSampler
+from glmrag.models.shard_stream import ParquetShards, RankStream, StreamBatchSampler
 from glmrag.models.subgraph_data import META, SubgraphDataModule, read_meta, write_split
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,7 +109,7 @@ def counts_of(shards, names=("a", "b")) -> list[int]:
 
 def test_rank_stream_in_order_without_shuffle(shards):
     _, _, files = shards
-    stream = RankStream(files, counts_of(shards), batch_size=3)
+    stream = RankStream(ParquetShards(files, counts_of(shards)), batch_size=3)
     expected = [(f"a-q{i}", True) for i in range(7)] + [("b-q0", True)]
     assert len(stream) == 3 and stream_ids(stream, 0) == expected
     assert [len(stream[(0, b)]) for b in range(3)] == [3, 3, 2]
@@ -129,7 +129,7 @@ def test_ranks_and_workers_each_read_only_their_own_part(shards, world, readers,
     original = shard_stream.read_rows
     monkeypatch.setattr(shard_stream, "read_rows", lambda file, a, z: (opened.append(file), original(file, a, z))[1])
     args = {"world_size": world, "readers": readers, "shuffle": train, "seed": 4, "pad_real": train}
-    ranks = [RankStream(files, counts_of(shards), 2, rank=r, **args) for r in range(world)]
+    ranks = [RankStream(ParquetShards(files, counts_of(shards)), 2, rank=r, **args) for r in range(world)]
     assert len({len(s) for s in ranks}) == 1  # equal batch counts on every rank
     own, padding = [], []
     for stream in ranks:
@@ -137,7 +137,7 @@ def test_ranks_and_workers_each_read_only_their_own_part(shards, world, readers,
             opened.clear()
             # worker `reader` serves batches reader, reader + readers, ...: exactly the records of its part
             rows = [r for b in range(reader, len(stream), readers) for r in stream[(1, b)]]
-            part = [(stream.files[shard], a, z) for shard, a, z in stream.part(1, reader)]
+            part = [(stream.shards.files[shard], a, z) for shard, a, z in stream.part(1, reader)]
             expected = [q for file, a, z in part for q in pq.read_table(file).column("question_id").to_pylist()[a:z]]
             assert sorted(r["question_id"] for r in rows[: len(expected)]) == sorted(expected)
             assert all(r["real"] for r in rows[: len(expected)])
@@ -152,14 +152,14 @@ def test_ranks_and_workers_each_read_only_their_own_part(shards, world, readers,
 def test_fewer_records_than_parts_borrows_a_record(shards):
     root, metas, _ = shards
     files = [str(root / "b" / s["file"]) for s in metas["b"]["shards"]]
-    ranks = [stream_ids(RankStream(files, [1], 1, rank=r, world_size=2), 0) for r in (0, 1)]
+    ranks = [stream_ids(RankStream(ParquetShards(files, [1]), 1, rank=r, world_size=2), 0) for r in (0, 1)]
     assert ranks == [[("b-q0", False)], [("b-q0", True)]]  # rank 0's part is empty: it borrows, not real
-    assert len(RankStream([], [], 2)) == 0
+    assert len(RankStream(ParquetShards([], []), 2)) == 0
 
 
 def test_shuffle_changes_with_the_epoch_only(shards):
     _, _, files = shards
-    stream = RankStream(files, counts_of(shards), 8, shuffle=True, seed=1)
+    stream = RankStream(ParquetShards(files, counts_of(shards)), 8, shuffle=True, seed=1)
     epochs = [stream_ids(stream, e) for e in (0, 1, 0)]
     assert epochs[0] == epochs[2] != epochs[1]
     assert sorted(epochs[0]) == sorted(epochs[1])

@@ -1,0 +1,200 @@
+"""Question records as LitData chunks: written in parallel by LitData's writer, read from a folder or a URL.
+
+LitData (``litdata``, Lightning's streaming library) stores the records: :func:`write_chunks` runs its
+``optimize`` (one process per worker, chunks of ``chunk_size`` records, an ``index.json``), and
+:class:`ChunkShards` reads them through its ``StreamingDataset``, from a local folder or from object storage
+by URL (``s3://``, ``gs://``, ``azure://``; chunks are downloaded to a local cache as they are needed).
+
+Which records a rank and a DataLoader worker read stays with
+:class:`~glmrag.models.shard_stream.RankStream`, the chunks being its shards. LitData's own sampler is not
+used: in a distributed run it forces ``drop_last`` (its docstring: "set to True in a distributed setting"),
+so the last records of every epoch go unseen, whereas RankStream gives every record exactly once per epoch,
+equal batch counts on every rank (pads, ``real=False``) and the exact mid-epoch resume of
+:mod:`glmrag.models.resumable`.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+import torch
+
+from glmrag.io import cache_root
+
+JSON_FIELDS = ("gold",)
+"""Record fields of variable-length Python lists, stored as JSON text: LitData flattens a record into one
+value per leaf, so a list's length would change the layout from record to record."""
+INDEX = "index.json"
+
+
+def default_chunk_cache() -> str:
+    """``$GLMRAG_CACHE_DIR/litdata``: where chunks read from object storage are downloaded."""
+    return str(cache_root() / "litdata")
+
+
+def encode(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` as LitData stores it (:data:`JSON_FIELDS` as JSON text)."""
+    return {**record, **{name: json.dumps(list(record[name])) for name in JSON_FIELDS if name in record}}
+
+
+def decode(item: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored record back as :func:`~glmrag.models.glm_inputs.question_record` made it."""
+    return {**item, **{name: json.loads(item[name]) for name in JSON_FIELDS if name in item}}
+
+
+class EncodedRecord:
+    """``i -> encode(make(i))``: the function LitData's workers run (picklable when ``make`` is)."""
+
+    def __init__(self, make: Callable[[int], Mapping[str, Any]]) -> None:
+        self.make = make
+
+    def __call__(self, i: int) -> dict[str, Any]:
+        return encode(self.make(i))
+
+
+def write_chunks(
+    output_dir: str | Path, make: Callable[[int], Mapping[str, Any]], count: int, chunk_size: int, num_workers: int
+) -> list[dict[str, Any]]:
+    """Write records ``make(0)``, ..., ``make(count - 1)`` as LitData chunks into ``output_dir`` (an empty
+    folder) with LitData's ``optimize`` in ``num_workers`` processes; returns the chunks (``file``, ``count``)
+    in ``index.json`` order, which is the records' order (``keep_data_ordered``)."""
+    from litdata import optimize
+
+    if chunk_size < 1 or num_workers < 1:
+        raise ValueError(f"chunk_size and num_workers must be >= 1, got {chunk_size} and {num_workers}")
+    if count:
+        # optimize sets the process-wide start method (force=True): put the caller's back, or every later
+        # DataLoader of this process would take it (spawn: seconds per worker).
+        start_method = multiprocessing.get_start_method(allow_none=True)
+        # optimize also moves this process's Python, NumPy and torch random states (measured): put them back, so
+        # a run that writes the records draws the same dropout as one that finds them written.
+        streams = random.getstate(), np.random.get_state(), torch.get_rng_state()
+        try:
+            optimize(
+                fn=EncodedRecord(make),
+                inputs=list(range(count)),  # positions, not the questions: LitData reads str inputs as file paths
+                output_dir=str(output_dir),
+                chunk_size=chunk_size,
+                num_workers=min(num_workers, count),
+                keep_data_ordered=True,
+                # fork where there is one: the writers inherit the index instead of unpickling it, as the
+                # DataLoader's workers do; spawn (LitData's default) re-imports torch in each, seconds apiece.
+                start_method="fork" if "fork" in multiprocessing.get_all_start_methods() else None,
+                verbose=False,
+            )
+        finally:
+            multiprocessing.set_start_method(start_method, force=True)
+            random.setstate(streams[0])
+            np.random.set_state(streams[1])
+            torch.set_rng_state(streams[2])
+    return chunk_list(output_dir) if count else []
+
+
+def chunk_list(folder: str | Path) -> list[dict[str, Any]]:
+    """The chunks (``file``, ``count``) of a local chunk folder's ``index.json``, in order."""
+    index = json.loads((Path(folder) / INDEX).read_text())
+    return [{"file": chunk["filename"], "count": int(chunk["chunk_size"])} for chunk in index["chunks"]]
+
+
+class ChunkShards:
+    """:class:`~glmrag.models.shard_stream.Shards` over the LitData chunk folders or URLs ``locations``, in
+    order: shard ``i`` is the ``i``-th chunk of them all.
+
+    ``storage_options`` go to LitData's client (for S3, boto3's: ``endpoint_url`` for an S3-compatible
+    server); ``cache_dir`` is where remote chunks are downloaded (:func:`default_chunk_cache`). Each process
+    opens its own ``StreamingDataset``s (a DataLoader worker does not reuse its parent's).
+    """
+
+    def __init__(
+        self, locations: Sequence[str], storage_options: Mapping[str, Any] | None = None, cache_dir: str | None = None
+    ) -> None:
+        self.locations = [str(location) for location in locations]
+        self.storage_options = dict(storage_options or {})
+        self.cache_dir = cache_dir or default_chunk_cache()
+        self._datasets: dict[int, Any] = {}
+        self._pid = os.getpid()
+        self.counts: list[int] = []
+        self._chunks: list[tuple[int, int]] = []
+        """Shard -> (location, index of its first record in that location's dataset)."""
+        for i in range(len(self.locations)):
+            first = 0
+            for chunk in chunk_list(self.dataset(i).input_dir.path):  # the index LitData fetched
+                self._chunks.append((i, first))
+                self.counts.append(chunk["count"])
+                first += chunk["count"]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__ | {"_datasets": {}}  # each process opens its own
+
+    def dataset(self, i: int) -> Any:
+        """The ``StreamingDataset`` of location ``i`` in this process."""
+        from litdata import StreamingDataset
+
+        if self._pid != os.getpid():  # a forked worker: its parent's datasets hold the parent's clients
+            self._datasets, self._pid = {}, os.getpid()
+        if i not in self._datasets:
+            use_plain_http_endpoints()
+            location = self.locations[i]
+            remote = "://" in location
+            if not remote and not (Path(location) / INDEX).is_file():
+                raise FileNotFoundError(f"{Path(location) / INDEX}: not a LitData chunk folder (no {INDEX})")
+            try:
+                self._datasets[i] = StreamingDataset(
+                    location, cache_dir=self.cache_dir if remote else None, storage_options=self.storage_options
+                )
+            except Exception as err:  # botocore's ClientError, a GCS or Azure error: each client has its own
+                if not remote:
+                    raise
+                raise FileNotFoundError(f"{location}/{INDEX}: cannot read it ({type(err).__name__}: {err})") from err
+            # Whole chunks, fetched once into cache_dir: by default an integer index makes LitData fetch each
+            # record alone (a ranged request per record from a URL). Its public setter needs the cache its first
+            # read makes, and turning it off after that read stalled the first chunk for 30 s (measured), so the
+            # flag is set before the cache exists (LitData 0.2.76, pinned).
+            self._datasets[i]._on_demand_bytes = False
+        return self._datasets[i]
+
+    def rows(self, shard: int, start: int, stop: int) -> Iterator[dict[str, Any]]:
+        location, first = self._chunks[shard]
+        stop = min(stop, self.counts[shard])
+        if start >= stop:
+            return
+        dataset = self.dataset(location)
+        for row in range(first + start, first + stop):  # not a slice: LitData clips one to this rank's share
+            yield decode(dataset[row])
+
+
+def use_plain_http_endpoints() -> None:
+    """Let LitData read ``s3://`` URLs from an S3-compatible server over plain http (a MinIO in a cluster, the
+    tests' moto server): it fetches whole chunks with obstore, whose client refuses ``http://`` unless told
+    ``allow_http``, which LitData never tells it; for such an endpoint, chunks are fetched with boto3 instead
+    (LitData's own client, which LitData already uses for the index). Idempotent; call in each process."""
+    from litdata.streaming import downloader
+
+    if getattr(downloader._DOWNLOADERS.get("s3://"), "plain_http_aware", False):
+        return
+
+    class S3Downloader(downloader.S3Downloader):
+        plain_http_aware = True
+
+        def download_file(self, remote_filepath: str, local_filepath: str) -> None:
+            endpoint = self._client.client.meta.endpoint_url or ""
+            if not endpoint.startswith("http://"):
+                return super().download_file(remote_filepath, local_filepath)
+            if os.path.exists(local_filepath):
+                return None
+            url = urlparse(remote_filepath)
+            partial = f"{local_filepath}.{os.getpid()}.part"  # renamed whole: a reader never sees half a chunk
+            os.makedirs(os.path.dirname(local_filepath) or ".", exist_ok=True)
+            self._client.client.download_file(url.netloc, url.path.lstrip("/"), partial)
+            os.replace(partial, local_filepath)
+            return None
+
+    downloader.register_downloader("s3://", S3Downloader, overwrite=True)
