@@ -34,6 +34,7 @@ from glmrag.index.ranking_metrics import retrieval_metrics
 from glmrag.io import plain_container
 from glmrag.models.checkpointing import SEEN_QUESTIONS_KEY, SEEN_VERSION_KEY, nest_flat_hparams, saved_hparams
 from glmrag.models.kg_datamodule import settings_from
+from glmrag.models.kg_source import KGSource
 from glmrag.models.resumable import RANDOM_STREAMS_KEY, random_streams, restore_random_streams
 from glmrag.nn.prior import PriorSettings
 
@@ -128,6 +129,8 @@ class Evaluation:
 class RetrieverModule(LightningModule, ABC):
     """Base class of the retriever modules; call :meth:`init_evaluation` in ``__init__``.
 
+    A subclass takes ``kgs``, the :class:`~glmrag.models.kg_source.KGSource` its steps read KGs from (not a
+    hyper-parameter), and keeps it in :attr:`kgs`; everything else a step needs is in its batch.
     A subclass names its flat hyper-parameters of old checkpoints in :data:`FLAT_HPARAMS` (flat key ->
     ``(node, field)``), so :meth:`load_from_checkpoint` reads a checkpoint saved before the settings nodes.
     """
@@ -135,6 +138,8 @@ class RetrieverModule(LightningModule, ABC):
     optimizer_factory: Optimizer
     scheduler_factory: Callable[[torch.optim.Optimizer], Any] | None
     evaluation: Evaluation
+    kgs: KGSource | None = None
+    """Where the steps read each KG (given at construction; the training job gives the DataModule)."""
     FLAT_HPARAMS: dict[str, tuple[str, str]] = {}
     """Old checkpoints' flat hyper-parameter -> the settings node and field that hold it now."""
     FLAT_DEFAULTS: dict[str, Any] = {}
@@ -156,6 +161,16 @@ class RetrieverModule(LightningModule, ABC):
             )
             kwargs = {**nest_flat_hparams(saved, cls.FLAT_HPARAMS, cls.FLAT_DEFAULTS), **kwargs}
         return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+
+    def kg_source(self) -> KGSource:
+        """:attr:`kgs`, or a RuntimeError that says how to give it."""
+        if self.kgs is None:
+            name = type(self).__name__
+            raise RuntimeError(
+                f"{name} has no KGs to read: build it with kgs=<a KGSource, e.g. the DataModule> "
+                f"({name}(..., kgs=datamodule) or {name}.load_from_checkpoint(path, kgs=datamodule))"
+            )
+        return self.kgs
 
     def init_evaluation(self, evaluation: Evaluation) -> None:
         """Create the metric objects of each stage for ``evaluation.ks``."""
@@ -244,8 +259,7 @@ class RetrieverModule(LightningModule, ABC):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record the fingerprints of the questions the run trained and validated on (the evaluator refuses
         to score them, whatever the dataset is called: :mod:`glmrag.eval.overlap`)."""
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        seen = getattr(datamodule, "seen_questions", None)
+        seen = getattr(self.kgs, "seen_questions", None)
         if seen is not None:
             checkpoint[SEEN_QUESTIONS_KEY] = sorted(seen)
             checkpoint[SEEN_VERSION_KEY] = FINGERPRINT_VERSION

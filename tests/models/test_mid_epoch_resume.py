@@ -76,6 +76,7 @@ def glm_parts(index_config, cache_dir):
         subgraph={"max_triplets": MAX_TRIPLETS},
         lr={"head": 3e-3, "backbone": 3e-3},
         optimizer=partial(torch.optim.AdamW),
+        kgs=dm,
     )
     return dm, model
 
@@ -83,7 +84,7 @@ def glm_parts(index_config, cache_dir):
 def gnn_parts(index_config, cache_dir):
     dm = KGQADataModule("musique_tiny", index=index_config(), batch_size=2, seed=3)
     model = GNNRetrieverModule(
-        gnn={"hidden_channels": 8, "num_layers": 1}, optimizer=partial(torch.optim.AdamW, lr=5e-3)
+        gnn={"hidden_channels": 8, "num_layers": 1}, optimizer=partial(torch.optim.AdamW, lr=5e-3), kgs=dm
     )
     return dm, model
 
@@ -171,7 +172,7 @@ dm = SubgraphDataModule(
 )
 model = GLMRetrieverModule(
     glm={{"t5_config": {t5}, "tokenizer": DEFAULT_MODEL}}, subgraph={{"max_triplets": {max_triplets}}},
-    lr={{"head": 3e-3, "backbone": 3e-3}}, optimizer=partial(torch.optim.AdamW),
+    lr={{"head": 3e-3, "backbone": 3e-3}}, optimizer=partial(torch.optim.AdamW), kgs=dm,
 )
 losses = Losses()
 callbacks = [losses, PreemptionCheckpoint(out)] + ([StopAt(stop)] if mode == "stop" else [])
