@@ -15,6 +15,7 @@ Log keys (lightning-hydra-template): ``train/loss``; ``val/loss``, ``val/recall@
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from abc import ABC, abstractmethod
@@ -171,6 +172,17 @@ class RetrieverModule(LightningModule, ABC):
                 f"({name}(..., kgs=datamodule) or {name}.load_from_checkpoint(path, kgs=datamodule))"
             )
         return self.kgs
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RetrieverModule:
+        """A copy with weights of its own that reads the same :attr:`kgs`: the source (a DataModule, with its
+        indexes and its Trainer) is the module's input, as a Trainer is, not part of it. A pickle (``ddp_spawn``
+        sends the module to its processes so) still carries the source."""
+        if self.kgs is not None:
+            memo.setdefault(id(self.kgs), self.kgs)
+        copied = type(self).__new__(type(self))
+        memo[id(self)] = copied
+        copied.__setstate__(copy.deepcopy(self.__getstate__(), memo))  # what deepcopy does without this method
+        return copied
 
     def init_evaluation(self, evaluation: Evaluation) -> None:
         """Create the metric objects of each stage for ``evaluation.ks``."""

@@ -7,7 +7,9 @@ losses and rankings come from the PPR retriever on the same index, not from the 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 
 import numpy as np
 import pytest
@@ -216,3 +218,17 @@ def test_a_checkpoint_holds_no_kgs_and_load_from_checkpoint_takes_them(kgs, cpu_
         torch.testing.assert_close(loaded.model_step(batch)[0], model.model_step(batch)[0])
     with pytest.raises(RuntimeError, match=r"load_from_checkpoint\(path, kgs=datamodule\)"):
         GNNRetrieverModule.load_from_checkpoint(path, weights_only=True).model_step(batch)
+
+
+def test_a_copy_reads_the_same_kgs_and_a_pickle_carries_them(kgs):
+    """``copy.deepcopy`` shares the source (a DataModule with its indexes and Trainer) and copies the weights;
+    a pickle (as ddp_spawn sends the module to its processes) carries the source with the module."""
+    kgs, questions = kgs
+    model, batch = gnn_module(kgs).eval(), gnn_batch(kgs, questions)
+    copied, unpickled = copy.deepcopy(model), pickle.loads(pickle.dumps(model))
+    assert copied.kgs is kgs and copied.prior.weight is not model.prior.weight
+    assert unpickled.kgs is not kgs and unpickled.kgs.index(KG).passage_ids == kgs.index(KG).passage_ids
+    with torch.no_grad():
+        expected = model.model_step(batch)[0]
+        torch.testing.assert_close(copied.model_step(batch)[0], expected)
+        torch.testing.assert_close(unpickled.model_step(batch)[0], expected)
