@@ -260,14 +260,11 @@ class GLMRetrieverModule(RetrieverModule):
         self.check_kgs()
 
     def check_kgs(self) -> None:
-        """Refuse a KG source that is not a :class:`~glmrag.models.kg_source.KGSource`, or one (a
-        SubgraphDataModule) that builds other subgraphs, tokenizes or embeds otherwise than this module."""
-        dm = self.kg_source()
-        if not isinstance(dm, KGSource):
-            raise TypeError(
-                f"GLMRetrieverModule reads index(kg) and passage_embeddings(kg) of its kgs; "
-                f"{type(dm).__name__} lacks some: give a SubgraphDataModule"
-            )
+        """Refuse a KG source without the methods this module reads (``index``; ``passage_embeddings`` for a
+        prior's dense term), or one (a SubgraphDataModule) that builds other subgraphs, tokenizes or embeds
+        otherwise than this module."""
+        reads = ["index", *(["passage_embeddings"] if self.has_dense_term else [])]
+        dm = self.checked_kg_source(reads, "a SubgraphDataModule")
         theirs = getattr(dm, "settings", None)
         if isinstance(theirs, SubgraphSettings):
             ours = self.subgraph_settings()

@@ -235,15 +235,11 @@ class GNNRetrieverModule(RetrieverModule):
             self.load_gnn_weights(self.hparams.init_from)
 
     def check_kgs(self, stage: str) -> None:
-        """Refuse a KG source that is not a :class:`~glmrag.models.kg_source.GraphSource`, or whose settings (a
-        DataModule's hyper-parameters) embed with another model, lack the node features the GNN reads, or, for
-        ``fit``, serve another task than this module's stage."""
-        kgs = self.kg_source()
-        if not isinstance(kgs, GraphSource):
-            raise TypeError(
-                f"GNNRetrieverModule reads graph(kg), index(kg) and passage_embeddings(kg) of its kgs; "
-                f"{type(kgs).__name__} lacks some: give a KGQADataModule"
-            )
+        """Refuse a KG source without the methods this module reads (``graph``, ``index``; ``passage_embeddings``
+        for a prior's dense term), or whose settings (a DataModule's hyper-parameters) embed with another model,
+        lack the node features the GNN reads, or, for ``fit``, serve another task than this module's stage."""
+        reads = ["graph", "index", *(["passage_embeddings"] if self.has_dense_term else [])]
+        kgs = self.checked_kg_source(reads, "a KGQADataModule")
         dm_hp = source_settings(kgs)
         if dm_hp.get("embed_model", self.hparams.embed_model) != self.hparams.embed_model:
             raise ValueError(

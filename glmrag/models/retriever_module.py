@@ -19,7 +19,7 @@ import copy
 import logging
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
@@ -172,6 +172,18 @@ class RetrieverModule(LightningModule, ABC):
                 f"({name}(..., kgs=datamodule) or {name}.load_from_checkpoint(path, kgs=datamodule))"
             )
         return self.kgs
+
+    def checked_kg_source(self, reads: Sequence[str], fix: str) -> KGSource:
+        """:meth:`kg_source`, refused with a TypeError when it lacks one of the methods ``reads`` (what this
+        module's steps call on it); ``fix`` names the source to give instead."""
+        kgs = self.kg_source()
+        lacks = [name for name in reads if not callable(getattr(kgs, name, None))]
+        if lacks:
+            raise TypeError(
+                f"{type(self).__name__} reads {', '.join(f'{name}(kg)' for name in reads)} of its kgs; "
+                f"{type(kgs).__name__} lacks {', '.join(lacks)}: give {fix}"
+            )
+        return kgs
 
     def __deepcopy__(self, memo: dict[int, Any]) -> RetrieverModule:
         """A copy with weights of its own that reads the same :attr:`kgs`: the source (a DataModule, with its
