@@ -369,7 +369,7 @@ def train(
     datamodule, summary = cache["datamodule"]
     cfg.model.glm.tokenizer = str(workdir / "tokenizer")
     # As glmrag.jobs.train.fit, with the synthetic DataModule in place of cfg.datamodule:
-    model = instantiate(cfg.model)
+    model = instantiate(cfg.model, kgs=datamodule)
     callbacks = [instantiate(node) for node in cfg.callbacks.values()]
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=False)
     trainer.fit(model, datamodule=datamodule)

@@ -71,7 +71,7 @@ def one_process_validation(train_config, overrides: list[str], ckpt: str) -> dic
     """The checkpoint validated in this process on one CPU device, with the job's own DataModule config."""
     cfg = train_config([*overrides, "output_dir=unused"])
     datamodule = hydra.utils.instantiate(cfg.datamodule)
-    model = hydra.utils.get_class(cfg.model._target_).load_from_checkpoint(ckpt, weights_only=True)
+    model = hydra.utils.get_class(cfg.model._target_).load_from_checkpoint(ckpt, weights_only=True, kgs=datamodule)
     trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
     return trainer.validate(model, datamodule=datamodule, verbose=False)[0]
 

@@ -214,7 +214,7 @@ def fit(cfg: DictConfig, loggers: list[Logger], measure_start: bool = False) -> 
     (:class:`StartScore`, one of the returned callbacks).
     """
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.datamodule)
-    model: L.LightningModule = hydra.utils.instantiate(cfg.model)
+    model: L.LightningModule = hydra.utils.instantiate(cfg.model, kgs=datamodule)  # its KGs: the DataModule's
     start = StartScore()
     callbacks: list[Callback] = [*_instantiate_all(cfg.get("callbacks")), start, RunName(cfg.run_name)]
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)

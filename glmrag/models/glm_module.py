@@ -14,7 +14,9 @@ passage ListCE over the fused passage logits (with ``prior.dense_weight``: entit
 
 Settings nodes: ``glm`` (:class:`GLMConfig`), ``subgraph`` (:class:`~glmrag.models.glm_inputs.SubgraphSettings`:
 the DataModule must build the same, checked in ``setup``), ``loss``, ``lr`` (:class:`LearningRates`),
-``evaluation`` and ``prior``. Three rules not in GLM-RAG follow the GLM authors' code (Plenz & Frank 2024), the
+``evaluation`` and ``prior``. A step reads its batch and, for the ranking and a prior, each KG's index (and a dense
+term's passage embeddings) from the :class:`~glmrag.models.kg_source.KGSource` given as ``kgs`` (the DataModule in
+the training job). Three rules not in GLM-RAG follow the GLM authors' code (Plenz & Frank 2024), the
 old ones kept as options: ``subgraph.position_conflict``, ``subgraph.question_eos``, ``lr.buckets``
 (docs/fidelity.md).
 """
@@ -36,6 +38,7 @@ from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
 from glmrag.index.kg import KGIndex
 from glmrag.index.ranking import rank_passages, top_k_stable
 from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer
+from glmrag.models.kg_source import KGSource, source_settings
 from glmrag.models.losses import gfm_rag_loss, passage_list_ce
 from glmrag.models.retriever_module import Evaluation, LossWeights, RetrieverModule, prior_settings, typed_settings
 from glmrag.nn.glm import ATTENTIONS, BACKENDS, GLMEncoder, GraphEncoder
@@ -178,9 +181,11 @@ class GLMRetrieverModule(RetrieverModule):
         evaluation: :class:`~glmrag.models.retriever_module.Evaluation` (ks, ranker, top_entities).
         prior: :class:`~glmrag.nn.prior.PriorSettings`, or None (GLM-RAG's GLM): the logits are the prior's
             plus the GLM's, which start at zero (module docstring).
-        embed_model: sentence encoder of the question embeddings; checked against the DataModule.
+        embed_model: sentence encoder of the question embeddings; checked against the KG source's settings.
         optimizer: ``params -> Optimizer`` (Hydra ``_partial_: true``) given two parameter groups with their
             lr; None: AdamW. scheduler: ``optimizer -> LRScheduler`` or None.
+        kgs: the :class:`~glmrag.models.kg_source.KGSource` the steps read each KG's index (and a dense prior's
+            passage embeddings) from: the DataModule in the training job; not a hyper-parameter.
     """
 
     FLAT_HPARAMS = FLAT_HPARAMS
@@ -206,15 +211,17 @@ class GLMRetrieverModule(RetrieverModule):
         embed_model: str = DEFAULT_MODEL,
         optimizer: Callable[..., torch.optim.Optimizer] | None = None,
         scheduler: Callable[[torch.optim.Optimizer], Any] | None = None,
+        kgs: KGSource | None = None,
     ) -> None:
         super().__init__()
+        self.kgs = kgs
         self.config = config = self.SETTINGS["glm"](glm)
         self.settings = self.SETTINGS["subgraph"](subgraph)
         self.loss_weights = self.SETTINGS["loss"](loss)
         self.learning_rates = self.SETTINGS["lr"](lr)
         self.init_evaluation(self.SETTINGS["evaluation"](evaluation))
         prior = self.SETTINGS["prior"](prior)
-        # Plain values only (no optimizer or scheduler factory), so a checkpoint loads with weights_only=True.
+        # Plain values only (no optimizer or scheduler factory, no kgs), so a checkpoint loads with weights_only=True.
         self.save_hyperparameters(
             {
                 "glm": asdict(config),
@@ -243,18 +250,21 @@ class GLMRetrieverModule(RetrieverModule):
             )
         self.loss_fn = functools.partial(gfm_rag_loss, **self.loss_weights.entity_loss)
         self.prior_kgs: dict[tuple[str, torch.device], PriorKG] = {}
-        """Each KG's :class:`~glmrag.nn.prior.PriorKG` on a device (:meth:`prior_kg`)."""
+        """Each KG's :class:`~glmrag.nn.prior.PriorKG` on a device (:meth:`prior_kg`): the walk and the
+        passage-entity matrix are built from the index, which every step of the KG would otherwise repeat."""
 
     def setup(self, stage: str) -> None:
-        """Check that the DataModule builds the subgraphs this module expects."""
+        """Check the KG source (:meth:`check_kgs`)."""
         self.reset_metrics(stage)
         self.prior_kgs.clear()
-        dm = getattr(self.trainer, "datamodule", None)
-        if dm is None or not callable(getattr(dm, "index", None)):
-            raise RuntimeError(
-                "GLMRetrieverModule reads its KGs from the DataModule: pass datamodule=SubgraphDataModule(...) "
-                "to trainer.fit/validate/test (a module with an index(kg) method)"
-            )
+        self.check_kgs()
+
+    def check_kgs(self) -> None:
+        """Refuse a KG source without the methods this module reads (``index``; ``passage_embeddings`` for a
+        prior's dense term), or one (a SubgraphDataModule) that builds other subgraphs, tokenizes or embeds
+        otherwise than this module."""
+        reads = ["index", *(["passage_embeddings"] if self.has_dense_term else [])]
+        dm = self.checked_kg_source(reads, "a SubgraphDataModule")
         theirs = getattr(dm, "settings", None)
         if isinstance(theirs, SubgraphSettings):
             ours = self.subgraph_settings()
@@ -264,7 +274,7 @@ class GLMRetrieverModule(RetrieverModule):
                         f"the DataModule has {name}={getattr(theirs, name)!r} but the model {getattr(ours, name)!r}; "
                         f"set datamodule.subgraph.{name}: ${{model.subgraph.{name}}}"
                     )
-        dm_hp = getattr(dm, "hparams", {})
+        dm_hp = source_settings(dm)
         ours = {"tokenizer": (self.config.tokenizer, "model.glm.tokenizer")}
         ours["embed_model"] = (self.hparams.embed_model, "model.embed_model")
         for name, (value, key) in ours.items():
@@ -328,7 +338,7 @@ class GLMRetrieverModule(RetrieverModule):
         real, weights = batch["real"].tolist(), self.loss_weights
         total, count = logits.sum() * 0.0, 0  # a zero attached to the graph when no row is real
         for kg, rows in kg_rows(batch["kg"], real).items():
-            index, kg_tensors = self.trainer.datamodule.index(kg), self.prior_kg(kg)
+            index, kg_tensors = self.kg_source().index(kg), self.prior_kg(kg)
             fused = self.fused_entity_logits(batch, logits, rows, index, kg_tensors)  # (b, E)
             node = batch["entity_of_node"][rows]  # (b, N)
             mask = batch["node_mask"][rows]  # (b, N)
@@ -344,11 +354,11 @@ class GLMRetrieverModule(RetrieverModule):
         return total / max(count, 1)
 
     def prior_kg(self, kg: str) -> PriorKG:
-        """The DataModule's KG ``kg`` as the prior reads it (its walk, passage entities and, for a dense term,
+        """The source's KG ``kg`` as the prior reads it (its walk, passage entities and, for a dense term,
         passage embeddings), on this module's device, built once."""
         key = (kg, self.device)
         if key not in self.prior_kgs:
-            dm = self.trainer.datamodule
+            dm = self.kg_source()
             with torch.inference_mode(False):  # first asked for in a validation, it serves training too
                 passage_emb = dm.passage_embeddings(kg).clone() if self.has_dense_term else None
                 self.prior_kgs[key] = prior_kg(dm.index(kg), passage_emb).to(self.device)
@@ -392,7 +402,7 @@ class GLMRetrieverModule(RetrieverModule):
         node_mask = batch["node_mask"].cpu().numpy()  # (B, N)
         ranked: list[list[str]] = [[] for _ in batch["kg"]]
         for kg, rows in kg_rows(batch["kg"]).items():
-            index = self.trainer.datamodule.index(kg)
+            index = self.kg_source().index(kg)
             if self.prior is not None:
                 with torch.no_grad():
                     positions = self.prior_ranking(batch, logits.detach(), kg, rows, max(self.ks), index)

@@ -17,8 +17,8 @@ shares it, and serves batches of one KG each:
 With ``task="kgc"`` the training batches are instead triples of one KG
 (``kg``, ``triples`` (B, 3) long, ``real``), for GFM-RAG's KG-completion pretraining.
 
-Hand-over hook: the module reads ``trainer.datamodule.graph(kg)`` and
-``trainer.datamodule.index(kg)`` in its ``setup``; both exist after this
+Hand-over: this DataModule is a :class:`~glmrag.models.kg_source.GraphSource`; the module is built with
+``kgs=datamodule`` and reads ``graph(kg)`` and ``index(kg)`` from it in its steps; both exist after this
 DataModule's ``setup``.
 
 Distributed training: ``batch_size`` is the GLOBAL batch, cut into per-rank slices by

@@ -6,7 +6,8 @@ passages (``stage="qa"``, :func:`~glmrag.models.losses.gfm_rag_loss`); GLM-RAG T
 defaults. The module takes typed settings nodes: ``gnn`` (:class:`~glmrag.nn.gnn.GNNConfig`), ``subgraph``,
 ``loss``, ``kgc``, ``evaluation``. Validation ranks passages with the evaluator's ranker, so ``val/recall@2``
 is what a :class:`~glmrag.retrievers.gnn_checkpoint.CheckpointRetriever` of it scores. The KGs come from the
-DataModule (``trainer.datamodule.graph(kg)``, ``.index(kg)``); nothing graph-sized is stored. With
+:class:`~glmrag.models.kg_source.GraphSource` given as ``kgs`` (the training job gives the DataModule:
+``kgs.graph(kg)``, ``kgs.index(kg)``); nothing graph-sized is saved in a checkpoint. With
 ``subgraph.max_triplets`` set, each question reads only the subgraph the GLM reads (GLM-RAG §5.5, Table 3;
 :func:`question_subgraphs`), entities outside it get ``-inf``, and the loss is normalised over it (App. B.2).
 With ``prior`` set (glmrag's, not in the papers), the logits are :mod:`glmrag.nn.prior`'s plus the GNN's
@@ -29,6 +30,7 @@ from glmrag.index.kg import KGIndex
 from glmrag.index.ranking import rank_passages
 from glmrag.io import load_checkpoint_dict
 from glmrag.models.glm_inputs import SubgraphSettings
+from glmrag.models.kg_source import GraphSource, source_settings
 from glmrag.models.losses import gfm_rag_loss, passage_list_ce
 from glmrag.models.retriever_module import Evaluation, LossWeights, RetrieverModule, prior_settings, typed_settings
 from glmrag.nn.gnn import GNNConfig, QueryGNN
@@ -123,8 +125,10 @@ class GNNRetrieverModule(RetrieverModule):
             ``evaluation.ranker=softmax_sum``); None: the GNN's logits alone (GFM-RAG).
         stage: ``qa`` (fine-tuning) or ``kgc`` (KG-completion pretraining on the DataModule's triple batches,
             ``task="kgc"``); validation is QA retrieval in both.
-        embed_model: sentence encoder of questions and relations; checked against the DataModule.
+        embed_model: sentence encoder of questions and relations; checked against the KG source's settings.
         init_from: a checkpoint of this module (e.g. the ``kgc`` stage) whose GNN weights start ``fit``.
+        kgs: the :class:`~glmrag.models.kg_source.GraphSource` the steps read each KG from (the DataModule in the
+            training job); not a hyper-parameter. Needed by the steps, not by :meth:`forward`.
         optimizer: ``params -> Optimizer`` (Hydra ``_partial_: true``); None: AdamW lr 5e-4.
         scheduler: ``optimizer -> LRScheduler`` (``_partial_: true``), stepped per epoch on ``val/loss``; or None.
     """
@@ -163,8 +167,10 @@ class GNNRetrieverModule(RetrieverModule):
         init_from: str | None = None,
         optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
         scheduler: Callable[[torch.optim.Optimizer], Any] | None = None,
+        kgs: GraphSource | None = None,
     ) -> None:
         super().__init__()
+        self.kgs = kgs
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
         config = self.SETTINGS["gnn"](gnn)
@@ -174,7 +180,7 @@ class GNNRetrieverModule(RetrieverModule):
         self.init_evaluation(self.SETTINGS["evaluation"](evaluation))
         prior = self.SETTINGS["prior"](prior)
         whole_kg = restriction is None
-        # Plain values only (no optimizer or scheduler factory), so a checkpoint loads with weights_only=True.
+        # Plain values only (no optimizer or scheduler factory, no kgs), so a checkpoint loads with weights_only=True.
         self.save_hyperparameters(
             {
                 "gnn": asdict(config),
@@ -203,6 +209,8 @@ class GNNRetrieverModule(RetrieverModule):
             for module in [*self.gnn.kgc_unused(), *([self.prior] if self.prior is not None else [])]:
                 module.requires_grad_(False)
         self.loss_fn = functools.partial(gfm_rag_loss, **self.loss_weights.entity_loss)
+        # Per-KG caches: each saves a KG-sized host-to-device copy (graph, passage embeddings) or a build from the
+        # index (the passage-entity CSR, the BFS subgraph selection) that every step of the KG would repeat.
         self._graphs: dict[tuple[str, torch.device], GraphInputs] = {}
         self._passages: dict[tuple[str, torch.device], torch.Tensor] = {}
         self._passage_emb: dict[tuple[str, torch.device], torch.Tensor] = {}
@@ -213,22 +221,26 @@ class GNNRetrieverModule(RetrieverModule):
         """The GNN's architecture."""
         return self.gnn.config
 
-    # -- the KGs, handed over by the DataModule --
+    # -- the KGs, from the source given at construction --
 
     def setup(self, stage: str) -> None:
-        """Check the DataModule (the source of the KGs) and, for ``fit``, load ``init_from``."""
+        """Check the KG source (:meth:`check_kgs`) and, for ``fit``, load ``init_from``."""
         self._graphs.clear()
         self._subgraphs.clear()
         self._passages.clear()
         self._passage_emb.clear()
         self.reset_metrics(stage)
-        dm = getattr(self.trainer, "datamodule", None)
-        if dm is None or not callable(getattr(dm, "graph", None)) or not callable(getattr(dm, "index", None)):
-            raise RuntimeError(
-                "GNNRetrieverModule reads its KGs from the DataModule: pass datamodule=KGQADataModule(...) "
-                "to trainer.fit/validate/test (a module with graph(kg) and index(kg) methods)"
-            )
-        dm_hp = getattr(dm, "hparams", {})
+        self.check_kgs(stage)
+        if stage == "fit" and self.hparams.init_from:
+            self.load_gnn_weights(self.hparams.init_from)
+
+    def check_kgs(self, stage: str) -> None:
+        """Refuse a KG source without the methods this module reads (``graph``, ``index``; ``passage_embeddings``
+        for a prior's dense term), or whose settings (a DataModule's hyper-parameters) embed with another model,
+        lack the node features the GNN reads, or, for ``fit``, serve another task than this module's stage."""
+        reads = ["graph", "index", *(["passage_embeddings"] if self.has_dense_term else [])]
+        kgs = self.checked_kg_source(reads, "a KGQADataModule")
+        dm_hp = source_settings(kgs)
         if dm_hp.get("embed_model", self.hparams.embed_model) != self.hparams.embed_model:
             raise ValueError(
                 f"the DataModule embeds with {dm_hp['embed_model']!r} but the model expects "
@@ -240,8 +252,6 @@ class GNNRetrieverModule(RetrieverModule):
             raise ValueError(
                 f"model.stage={self.hparams.stage!r} but datamodule.task={dm_hp['task']!r}; set both to the same stage"
             )
-        if stage == "fit" and self.hparams.init_from:
-            self.load_gnn_weights(self.hparams.init_from)
 
     def load_gnn_weights(self, ckpt_path: str) -> None:
         """Copy the GNN weights of a checkpoint of this module (any stage) into ``self.gnn`` (strict)."""
@@ -249,14 +259,15 @@ class GNNRetrieverModule(RetrieverModule):
         self.gnn.load_state_dict({k.removeprefix("gnn."): v for k, v in state.items() if k.startswith("gnn.")})
 
     def graph(self, kg: str) -> GraphInputs:
-        """The DataModule's inputs of ``kg``, moved to this module's device once."""
+        """The source's GNN inputs of ``kg``, moved to this module's device once."""
         key = (kg, self.device)
         if key not in self._graphs:
-            self._graphs[key] = self.trainer.datamodule.graph(kg).to(self.device)
+            self._graphs[key] = self.kg_source().graph(kg).to(self.device)
         return self._graphs[key]
 
     def index(self, kg: str) -> KGIndex:
-        return self.trainer.datamodule.index(kg)
+        """The source's index of ``kg``."""
+        return self.kg_source().index(kg)
 
     def passage_entities(self, kg: str) -> torch.Tensor:
         """(P, E) sparse CSR of which entities each passage of ``kg`` mentions, on this module's device (the
@@ -271,7 +282,7 @@ class GNNRetrieverModule(RetrieverModule):
         return gold_passage_mask(self.index(kg), gold).to(self.device)
 
     def subgraphs(self, kg: str, question_ids: Sequence[str]) -> SubgraphBatch | None:
-        """The questions' subgraphs in the DataModule's index of ``kg``, on this module's device; None when
+        """The questions' subgraphs in the source's index of ``kg``, on this module's device; None when
         the GNN runs on the whole KG. Each question's subgraph is selected once (it is deterministic)."""
         if self.subgraph_settings is None:
             return None
@@ -294,7 +305,7 @@ class GNNRetrieverModule(RetrieverModule):
         prior, the prior's logit there (the correction is zero outside the subgraph).
 
         A module with ``subgraph.max_triplets`` set needs the questions' ``subgraphs`` (:meth:`subgraphs`, or
-        :func:`subgraph_batch` of :func:`question_subgraphs` without a DataModule).
+        :func:`subgraph_batch` of :func:`question_subgraphs` without a KG source).
 
         Shapes: **question_emb** ``(B, question_dim)``, **seed_weight** ``(B, E)`` -> ``(B, E)``.
         """
@@ -348,7 +359,7 @@ class GNNRetrieverModule(RetrieverModule):
             return passage_logits(logits, self.passage_entities(kg))
         key = (kg, self.device)  # moved to the device once, not every step
         if key not in self._passage_emb:
-            self._passage_emb[key] = self.trainer.datamodule.passage_embeddings(kg).to(self.device)
+            self._passage_emb[key] = self.kg_source().passage_embeddings(kg).to(self.device)
         passage_emb = self._passage_emb[key]  # (P, d)
         return passage_logits(logits, self.passage_entities(kg), self.prior.dense_weight, question_emb, passage_emb)
 

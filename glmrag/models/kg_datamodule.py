@@ -85,7 +85,8 @@ class KGDataModule(LightningDataModule, ABC):
     A subclass takes ``datasets``, ``index`` and the :class:`QuestionSettings` as keyword arguments, calls
     :meth:`plain_arguments` on them before ``save_hyperparameters`` (so its hyper-parameters hold every
     setting flat, as the config does) and
-    :meth:`set_device_batch_size` in ``setup``; the module reads ``index(kg)``.
+    :meth:`set_device_batch_size` in ``setup``. A DataModule is the :class:`~glmrag.models.kg_source.KGSource`
+    the module is built with (``kgs=datamodule``): its steps read ``index(kg)`` and ``passage_embeddings(kg)``.
     """
 
     indexes: dict[str, KGIndex]

@@ -15,10 +15,11 @@ Log keys (lightning-hydra-template): ``train/loss``; ``val/loss``, ``val/recall@
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
@@ -34,6 +35,7 @@ from glmrag.index.ranking_metrics import retrieval_metrics
 from glmrag.io import plain_container
 from glmrag.models.checkpointing import SEEN_QUESTIONS_KEY, SEEN_VERSION_KEY, nest_flat_hparams, saved_hparams
 from glmrag.models.kg_datamodule import settings_from
+from glmrag.models.kg_source import KGSource
 from glmrag.models.resumable import RANDOM_STREAMS_KEY, random_streams, restore_random_streams
 from glmrag.nn.prior import PriorSettings
 
@@ -128,6 +130,8 @@ class Evaluation:
 class RetrieverModule(LightningModule, ABC):
     """Base class of the retriever modules; call :meth:`init_evaluation` in ``__init__``.
 
+    A subclass takes ``kgs``, the :class:`~glmrag.models.kg_source.KGSource` its steps read KGs from (not a
+    hyper-parameter), and keeps it in :attr:`kgs`; everything else a step needs is in its batch.
     A subclass names its flat hyper-parameters of old checkpoints in :data:`FLAT_HPARAMS` (flat key ->
     ``(node, field)``), so :meth:`load_from_checkpoint` reads a checkpoint saved before the settings nodes.
     """
@@ -135,6 +139,8 @@ class RetrieverModule(LightningModule, ABC):
     optimizer_factory: Optimizer
     scheduler_factory: Callable[[torch.optim.Optimizer], Any] | None
     evaluation: Evaluation
+    kgs: KGSource | None = None
+    """Where the steps read each KG (given at construction; the training job gives the DataModule)."""
     FLAT_HPARAMS: dict[str, tuple[str, str]] = {}
     """Old checkpoints' flat hyper-parameter -> the settings node and field that hold it now."""
     FLAT_DEFAULTS: dict[str, Any] = {}
@@ -156,6 +162,39 @@ class RetrieverModule(LightningModule, ABC):
             )
             kwargs = {**nest_flat_hparams(saved, cls.FLAT_HPARAMS, cls.FLAT_DEFAULTS), **kwargs}
         return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+
+    def kg_source(self) -> KGSource:
+        """:attr:`kgs`, or a RuntimeError that says how to give it."""
+        if self.kgs is None:
+            name = type(self).__name__
+            raise RuntimeError(
+                f"{name} has no KGs to read: build it with kgs=<a KGSource, e.g. the DataModule> "
+                f"({name}(..., kgs=datamodule) or {name}.load_from_checkpoint(path, kgs=datamodule))"
+            )
+        return self.kgs
+
+    def checked_kg_source(self, reads: Sequence[str], fix: str) -> KGSource:
+        """:meth:`kg_source`, refused with a TypeError when it lacks one of the methods ``reads`` (what this
+        module's steps call on it); ``fix`` names the source to give instead."""
+        kgs = self.kg_source()
+        lacks = [name for name in reads if not callable(getattr(kgs, name, None))]
+        if lacks:
+            raise TypeError(
+                f"{type(self).__name__} reads {', '.join(f'{name}(kg)' for name in reads)} of its kgs; "
+                f"{type(kgs).__name__} lacks {', '.join(lacks)}: give {fix}"
+            )
+        return kgs
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RetrieverModule:
+        """A copy with weights of its own that reads the same :attr:`kgs`: the source (a DataModule, with its
+        indexes and its Trainer) is the module's input, as a Trainer is, not part of it. A pickle (``ddp_spawn``
+        sends the module to its processes so) still carries the source."""
+        if self.kgs is not None:
+            memo.setdefault(id(self.kgs), self.kgs)
+        copied = type(self).__new__(type(self))
+        memo[id(self)] = copied
+        copied.__setstate__(copy.deepcopy(self.__getstate__(), memo))  # what deepcopy does without this method
+        return copied
 
     def init_evaluation(self, evaluation: Evaluation) -> None:
         """Create the metric objects of each stage for ``evaluation.ks``."""
@@ -244,8 +283,7 @@ class RetrieverModule(LightningModule, ABC):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record the fingerprints of the questions the run trained and validated on (the evaluator refuses
         to score them, whatever the dataset is called: :mod:`glmrag.eval.overlap`)."""
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        seen = getattr(datamodule, "seen_questions", None)
+        seen = getattr(self.kgs, "seen_questions", None)
         if seen is not None:
             checkpoint[SEEN_QUESTIONS_KEY] = sorted(seen)
             checkpoint[SEEN_VERSION_KEY] = FINGERPRINT_VERSION

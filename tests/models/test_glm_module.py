@@ -66,7 +66,7 @@ def fit_on_training_questions(make, index_config, cpu_trainer, cache, tmp_path_f
     """Seed, build ``make()``, validate it on its training questions, train 5 epochs, validate again."""
     L.seed_everything(0)
     dm = make_dm(index_config, cache, val_split="train")
-    model = make()
+    model = make(kgs=dm)
     trainer = cpu_trainer(max_epochs=5, default_root_dir=tmp_path_factory.mktemp("fit"))
     before = trainer.validate(model, datamodule=dm, verbose=False)[0]
     trainer.fit(model, datamodule=dm)
@@ -144,7 +144,7 @@ def test_datamodule_with_other_subgraphs_is_refused(index_config, cpu_trainer, c
     dm = make_dm(index_config, cache, subgraph={"max_triplets": 30})
     trainer = cpu_trainer(max_epochs=1, default_root_dir=tmp_path)
     with pytest.raises(ValueError, match=r"max_triplets=30 but the model 60.*datamodule.subgraph.max_triplets"):
-        trainer.validate(make_model(), datamodule=dm, verbose=False)
+        trainer.validate(make_model(kgs=dm), datamodule=dm, verbose=False)
 
 
 def test_resuming_from_last_checkpoint_matches_an_uninterrupted_run(index_config, cpu_trainer, cache, tmp_path):
@@ -152,9 +152,9 @@ def test_resuming_from_last_checkpoint_matches_an_uninterrupted_run(index_config
 
     def run(max_epochs: int, root, ckpt_path=None) -> GLMRetrieverModule:
         L.seed_everything(0)
-        model = make_model()
-        trainer = cpu_trainer(max_epochs=max_epochs, default_root_dir=root, limit_val_batches=0)
         dm = make_dm(index_config, cache, limit=12, num_workers=1)  # a worker prefetches before set_epoch
+        model = make_model(kgs=dm)
+        trainer = cpu_trainer(max_epochs=max_epochs, default_root_dir=root, limit_val_batches=0)
         trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
         trainer.save_checkpoint(root / "last.ckpt")
         return model

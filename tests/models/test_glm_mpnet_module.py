@@ -22,13 +22,14 @@ MPNET_TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 
 pytestmark = pytest.mark.usefixtures("glmrag_cache")
 
 
-def make_model(**glm) -> GLMRetrieverModule:
+def make_model(kgs=None, **glm) -> GLMRetrieverModule:
     torch.manual_seed(0)
     return GLMRetrieverModule(
         glm={"backbone": "mpnet", "t5_config": MPNET_TINY, "tokenizer": DEFAULT_MODEL, **glm},
         subgraph={"max_triplets": MAX_TRIPLETS},
         lr={"head": 3e-3, "backbone": 3e-3},
         optimizer=partial(torch.optim.AdamW),
+        kgs=kgs,
     )
 
 

@@ -28,9 +28,10 @@ def make_prior_model(**overrides):
 
 @pytest.fixture(scope="module")
 def connected(index_config, cpu_trainer, tmp_path_factory):
-    """An untrained GLM with a prior, validated once on its training questions (so it has its DataModule)."""
+    """An untrained GLM with a prior over its DataModule's KGs, validated once on its training questions (which
+    sets the DataModule up)."""
     dm = make_dm(index_config, tmp_path_factory.mktemp("subgraphs"), val_split="train")
-    model = make_prior_model()
+    model = make_prior_model(kgs=dm)
     trainer = cpu_trainer(max_epochs=4, default_root_dir=tmp_path_factory.mktemp("fit"))
     before = trainer.validate(model, datamodule=dm, verbose=False)[0]
     return dm, model, trainer, before
@@ -88,7 +89,7 @@ def test_the_loss_is_the_mean_over_real_rows(connected):
 
 def test_training_moves_the_glm_off_its_prior(connected, index_config, cpu_trainer, tmp_path):
     dm, model, trainer, before = connected
-    trained = make_prior_model()
+    trained = make_prior_model(kgs=dm)
     rankings_before = val_rankings(model, dm)
     trainer = cpu_trainer(max_epochs=4, default_root_dir=tmp_path)
     trainer.validate(trained, datamodule=dm, verbose=False)  # as train.py does: its prior KG built in inference mode

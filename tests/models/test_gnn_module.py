@@ -44,7 +44,7 @@ def fitted(hydra_index, cpu_trainer, tmp_path_factory):
     dm = KGQADataModule("musique100", index=hydra_index(), limit=24, batch_size=4)
     fast = partial(torch.optim.AdamW, lr=5e-3)
     evaluation = OmegaConf.create({"ks": [1, 2, 5, 10]})  # a DictConfig, as Hydra hands it over
-    model = GNNRetrieverModule(**TINY, optimizer=fast, evaluation=evaluation)
+    model = GNNRetrieverModule(**TINY, optimizer=fast, evaluation=evaluation, kgs=dm)
     trainer = cpu_trainer(max_epochs=2, default_root_dir=tmp_path_factory.mktemp("fit"))
     before = trainer.validate(model, datamodule=dm, verbose=False)[0]
     trainer.fit(model, datamodule=dm)
@@ -86,7 +86,7 @@ def test_load_from_checkpoint_round_trip(fitted, tmp_path):
 def test_kgc_pretraining_then_finetuning_starts_from_its_weights(hydra_index, cpu_trainer, tmp_path):
     L.seed_everything(0)
     kgc_dm = KGQADataModule("musique100", index=hydra_index(), limit=4, batch_size=4, task="kgc")
-    pretrain = GNNRetrieverModule(**TINY, stage="kgc", kgc={"num_negatives": 32})
+    pretrain = GNNRetrieverModule(**TINY, stage="kgc", kgc={"num_negatives": 32}, kgs=kgc_dm)
     trainer = cpu_trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=0, default_root_dir=tmp_path / "kgc")
     trainer.fit(pretrain, datamodule=kgc_dm)
     assert torch.isfinite(trainer.callback_metrics["train/loss"])
@@ -95,7 +95,7 @@ def test_kgc_pretraining_then_finetuning_starts_from_its_weights(hydra_index, cp
 
     qa_dm = KGQADataModule("musique100", index=hydra_index(), limit=4, batch_size=4)
     frozen = partial(torch.optim.AdamW, lr=0.0)  # a step that changes nothing: weights stay as loaded
-    finetune = GNNRetrieverModule(**TINY, init_from=str(path), optimizer=frozen)
+    finetune = GNNRetrieverModule(**TINY, init_from=str(path), optimizer=frozen, kgs=qa_dm)
     pretrained = pretrain.gnn.state_dict()
     assert not torch.equal(finetune.gnn.readout[0].weight, pretrained["readout.0.weight"])
     trainer = cpu_trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0, default_root_dir=tmp_path / "qa")
@@ -107,4 +107,4 @@ def test_kgc_pretraining_then_finetuning_starts_from_its_weights(hydra_index, cp
 def test_stage_must_match_the_datamodule_task(hydra_index, cpu_trainer, tmp_path):
     dm = KGQADataModule("musique100", index=hydra_index(), limit=4, task="kgc")
     with pytest.raises(ValueError, match="model.stage='qa' but datamodule.task='kgc'"):
-        cpu_trainer(max_epochs=1, default_root_dir=tmp_path).fit(GNNRetrieverModule(**TINY), datamodule=dm)
+        cpu_trainer(max_epochs=1, default_root_dir=tmp_path).fit(GNNRetrieverModule(**TINY, kgs=dm), datamodule=dm)

@@ -16,6 +16,7 @@ from glmrag.index.embed import Embedder
 from glmrag.index.synthetic import random_kg, random_questions
 from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer, question_record
 from glmrag.models.gnn_module import GNNRetrieverModule
+from glmrag.models.kg_source import StaticKGs
 from glmrag.models.losses import gfm_rag_loss
 from glmrag.nn.graph_inputs import graph_inputs, seed_weights
 from glmrag.retrievers.gnn_checkpoint import CheckpointRetriever
@@ -44,13 +45,9 @@ def kg():
 
 
 def module_on(index, graph, **subgraph) -> GNNRetrieverModule:
-    """A tiny module reading ``index`` and ``graph`` as its DataModule would hand them over; ``subgraph``: the
-    fields of its ``subgraph`` node."""
+    """A tiny module whose KG ``toy`` is ``index`` and ``graph``; ``subgraph``: the fields of its ``subgraph`` node."""
     torch.manual_seed(0)
-    model = GNNRetrieverModule(**TINY, subgraph=subgraph).eval()
-    model.graph = lambda kg: graph
-    model.index = lambda kg: index
-    return model
+    return GNNRetrieverModule(**TINY, subgraph=subgraph, kgs=StaticKGs({"toy": index}, {"toy": graph})).eval()
 
 
 def qa_batch(index, questions, target_rows) -> dict:

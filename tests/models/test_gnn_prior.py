@@ -9,6 +9,7 @@ from stand_ins import HashEncoder, link_questions
 
 from glmrag.index.ranking import rank_passages
 from glmrag.models.gnn_module import GNNRetrieverModule, question_subgraphs, subgraph_batch
+from glmrag.models.kg_source import StaticKGs
 from glmrag.models.losses import gfm_rag_loss
 from glmrag.nn.graph_inputs import graph_inputs, seed_weights
 from glmrag.retrievers.ppr import PPRRetriever
@@ -19,9 +20,15 @@ TINY = {"hidden_channels": 16, "num_layers": 2, "question_dim": 16, "relation_di
 def _setup(random_graph, seed_sets, **module):
     index = random_graph(150, 300, seed=3)
     questions = link_questions(index, seed_sets)
-    torch.manual_seed(0)
-    model = GNNRetrieverModule(gnn=TINY, prior={"kind": "ppr"}, evaluation={"ranker": "softmax_sum"}, **module)
     graph = graph_inputs(index, HashEncoder(16), node_features=False)
+    torch.manual_seed(0)
+    model = GNNRetrieverModule(
+        gnn=TINY,
+        prior={"kind": "ppr"},
+        evaluation={"ranker": "softmax_sum"},
+        kgs=StaticKGs({"toy": index}, {"toy": graph}),
+        **module,
+    )
     query = torch.from_numpy(HashEncoder(16).encode([q.question for q in questions]))  # (B, 16)
     seeds = seed_weights(index, [q.id for q in questions])  # (B, E)
     return index, questions, model, graph, query, seeds
@@ -125,8 +132,6 @@ def test_the_passage_weight_adds_the_passage_list_ce_to_the_step_loss(random_gra
         index, questions, model, graph, query, seeds = _setup(
             random_graph, SEED_SETS[:3], loss={"passage_weight": weight}
         )
-        model.graph, model.index = (lambda kg, g=graph: g), (lambda kg, i=index: i)  # the DataModule's hand-over
-        model.subgraphs = lambda kg, ids: None
         target = torch.zeros_like(seeds)
         target[:, :5] = 1.0
         gold = [[index.passage_ids[0]], [index.passage_ids[1], index.passage_ids[2]], [index.passage_ids[3]]]

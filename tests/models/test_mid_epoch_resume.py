@@ -77,6 +77,7 @@ def glm_parts(index_config, cache_dir, **storage):
         subgraph={"max_triplets": MAX_TRIPLETS},
         lr={"head": 3e-3, "backbone": 3e-3},
         optimizer=partial(torch.optim.AdamW),
+        kgs=dm,
     )
     return dm, model
 
@@ -89,7 +90,7 @@ def glm_chunk_parts(index_config, cache_dir):
 def gnn_parts(index_config, cache_dir):
     dm = KGQADataModule("musique_tiny", index=index_config(), batch_size=2, seed=3)
     model = GNNRetrieverModule(
-        gnn={"hidden_channels": 8, "num_layers": 1}, optimizer=partial(torch.optim.AdamW, lr=5e-3)
+        gnn={"hidden_channels": 8, "num_layers": 1}, optimizer=partial(torch.optim.AdamW, lr=5e-3), kgs=dm
     )
     return dm, model
 
@@ -177,7 +178,7 @@ dm = SubgraphDataModule(
 )
 model = GLMRetrieverModule(
     glm={{"t5_config": {t5}, "tokenizer": DEFAULT_MODEL}}, subgraph={{"max_triplets": {max_triplets}}},
-    lr={{"head": 3e-3, "backbone": 3e-3}}, optimizer=partial(torch.optim.AdamW),
+    lr={{"head": 3e-3, "backbone": 3e-3}}, optimizer=partial(torch.optim.AdamW), kgs=dm,
 )
 losses = Losses()
 callbacks = [losses, PreemptionCheckpoint(out)] + ([StopAt(stop)] if mode == "stop" else [])

@@ -32,7 +32,7 @@ def fit(index_config, cpu_trainer):
         L.seed_everything(0)
         dm = KGQADataModule("musique100", index=index_config(), limit=LIMIT, batch_size=4)
         model = GNNRetrieverModule(
-            gnn=dict(hidden_channels=16, num_layers=2), optimizer=partial(torch.optim.AdamW, lr=5e-3)
+            gnn=dict(hidden_channels=16, num_layers=2), optimizer=partial(torch.optim.AdamW, lr=5e-3), kgs=dm
         )
         checkpoint = ModelCheckpoint(dirpath=root, save_last=True)
         trainer = cpu_trainer(max_epochs=max_epochs, callbacks=[checkpoint], default_root_dir=root)
@@ -69,7 +69,7 @@ def run(devices, index):
     L.seed_everything(0)
     dm = KGQADataModule("musique100", index=index, limit={limit}, batch_size=4)  # GLOBAL batch 4
     fast = partial(torch.optim.AdamW, lr=5e-3)
-    model = GNNRetrieverModule(gnn=dict(hidden_channels=16, num_layers=2), optimizer=fast)
+    model = GNNRetrieverModule(gnn=dict(hidden_channels=16, num_layers=2), optimizer=fast, kgs=dm)
     trainer = L.Trainer(
         accelerator="cpu", devices=devices, strategy="ddp_spawn" if devices > 1 else "auto", max_epochs=2,
         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
@@ -86,6 +86,7 @@ def validate(devices, index, model):
         accelerator="cpu", devices=devices, strategy="ddp_spawn" if devices > 1 else "auto",
         logger=False, enable_progress_bar=False, enable_model_summary=False,
     )
+    model.kgs = dm  # the KGs of this validation: the same KG, from the DataModule the Trainer sets up
     return trainer.validate(model, datamodule=dm, verbose=False)[0]
 
 

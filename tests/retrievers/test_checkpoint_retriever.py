@@ -34,7 +34,7 @@ def trained(index_config, tmp_path_factory):
     root = tmp_path_factory.mktemp("ckpt")
     dm = KGQADataModule("musique100", index=index_config(), limit=VAL_LIMIT, batch_size=4)
     fast = partial(torch.optim.AdamW, lr=5e-3)
-    model = GNNRetrieverModule(gnn={"hidden_channels": 16, "num_layers": 2}, optimizer=fast)
+    model = GNNRetrieverModule(gnn={"hidden_channels": 16, "num_layers": 2}, optimizer=fast, kgs=dm)
     checkpoint = ModelCheckpoint(dirpath=root, save_last=True)
     trainer = L.Trainer(
         accelerator="cpu",
