@@ -178,6 +178,16 @@ def _write_synced(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
+def temporary_sibling(folder: str | os.PathLike[str]) -> Path:
+    """A new empty folder ``.<name>.tmp-*`` beside ``folder`` (its parent made if missing), with the
+    project's folder mode: where a folder is written before it is renamed into place."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    os.chmod(tmp, default_mode(directory=True))
+    return tmp
+
+
 def atomic_write_folder(folder: str | os.PathLike[str], files: Mapping[str, bytes]) -> Path:
     """Write ``files`` (name -> bytes) as the folder ``folder``, replacing any folder there, all or nothing.
 
@@ -186,9 +196,7 @@ def atomic_write_folder(folder: str | os.PathLike[str], files: Mapping[str, byte
     never a mixed folder) and removed after. Write errors name ``folder`` (:func:`write_error`).
     """
     folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
-    os.chmod(tmp, default_mode(directory=True))
+    tmp = temporary_sibling(folder)
     old = None
     try:
         for name, data in files.items():

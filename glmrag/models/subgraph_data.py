@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from glmrag.index.cache import get_index
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.index.store import content_manifest
-from glmrag.io import atomic_write_bytes, atomic_write_text, cache_root, default_mode, plain_container
+from glmrag.io import atomic_write_bytes, atomic_write_text, cache_root, plain_container, temporary_sibling
 from glmrag.models.chunk_records import ChunkShards, default_chunk_cache, write_chunks
 from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record, record_schema
 from glmrag.models.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
@@ -124,7 +123,7 @@ def write_split(folder: str | Path, records: Iterable[Mapping[str, Any]], shard_
     """
     if shard_size < 1:
         raise ValueError(f"shard_size must be >= 1, got {shard_size}")
-    folder, tmp = temporary_sibling(folder)
+    folder, tmp = Path(folder), temporary_sibling(folder)
     shards: list[dict[str, Any]] = []
     buffer: list[Mapping[str, Any]] = []
     stats = RecordStats()
@@ -158,7 +157,7 @@ def write_chunk_split(
     """Write records ``make(0)``, ..., ``make(count - 1)`` as LitData chunks of ``chunk_size`` into ``folder``
     with LitData's writer in ``workers`` processes (:func:`~glmrag.models.chunk_records.write_chunks`), then
     ``meta.json`` as :func:`write_split` does (``shards`` are the chunks)."""
-    folder, tmp = temporary_sibling(folder)
+    folder, tmp = Path(folder), temporary_sibling(folder)
     try:
         chunks = write_chunks(tmp, make, count, chunk_size, workers)
         stats, written = RecordStats(), ChunkShards([str(tmp)]) if chunks else None
@@ -169,15 +168,6 @@ def write_chunk_split(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-
-def temporary_sibling(folder: str | Path) -> tuple[Path, Path]:
-    """``folder`` as a Path, and a new empty temporary folder beside it to write the split into."""
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
-    os.chmod(tmp, default_mode(directory=True))
-    return folder, tmp
 
 
 def publish_split(tmp: Path, folder: Path, meta: dict) -> dict:
