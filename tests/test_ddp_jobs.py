@@ -11,13 +11,14 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
+import shutil
 import sys
 from pathlib import Path
 
 import hydra
 import lightning as L
 import pytest
+from job_runs import run_job_once_more_if_hung
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = [
@@ -52,7 +53,16 @@ def train(tmp_path: Path, glmrag_cache: Path, overrides: list[str], multirun: bo
         (tmp_path / "train.py").symlink_to(ROOT / "train.py")
     command = [sys.executable, "train.py", *(["-m"] if multirun else []), *overrides]
     env = os.environ | {"GLMRAG_CACHE_DIR": str(glmrag_cache)}
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+
+    def clear() -> None:  # what a hung run left: it may have filed its results already
+        for left in tmp_path.iterdir():
+            if left.is_dir():
+                shutil.rmtree(left)
+            elif left.name != "train.py":
+                left.unlink()
+
+    # a job takes 0.5-2 min here; a hang shows every process's stacks (job_runs)
+    done = run_job_once_more_if_hung(command, tmp_path, env, timeout=600, before_retry=clear)
     assert done.returncode == 0, f"exit code {done.returncode}\n{done.stderr[-6000:]}"
 
 
