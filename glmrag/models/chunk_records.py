@@ -131,6 +131,13 @@ class ChunkShards:
                 self.counts.append(chunk["count"])
                 first += chunk["count"]
 
+    def location_counts(self) -> list[int]:
+        """The number of records at each of :attr:`locations`."""
+        counts = [0] * len(self.locations)
+        for (location, _), count in zip(self._chunks, self.counts, strict=True):
+            counts[location] += count
+        return counts
+
     def __getstate__(self) -> dict[str, Any]:
         return self.__dict__ | {"_datasets": {}}  # each process opens its own
 

@@ -8,9 +8,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from glmrag.index.kg import KGIndex
@@ -24,6 +25,26 @@ class QARecord:
     target: tuple[int, ...]
     """Entities of the gold supporting passages."""
     gold: tuple[str, ...]
+    question_emb: torch.Tensor | None = field(default=None, compare=False)
+    """(d,) sentence embedding of the question when the record carries it (read from chunks); None: the
+    collate looks it up by ``question_id``."""
+
+    def row(self, question_emb: torch.Tensor) -> dict[str, Any]:
+        """This record with its question's embedding, as a LitData chunk stores it (:class:`ChunkBatches`)."""
+        return {
+            "kg": self.kg,
+            "question_id": self.question_id,
+            "target": np.asarray(self.target, dtype=np.int64),
+            "gold": list(self.gold),
+            "question_emb": question_emb.numpy().astype(np.float32),
+        }
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> QARecord:
+        """The record of a stored :meth:`row`, its embedding with it."""
+        target = tuple(int(e) for e in np.asarray(row["target"]).reshape(-1))
+        emb = torch.as_tensor(np.asarray(row["question_emb"], dtype=np.float32))
+        return cls(str(row["kg"]), str(row["question_id"]), target, tuple(row["gold"]), emb)
 
 
 class LocalBatches(torch.utils.data.Dataset):
@@ -39,11 +60,36 @@ class LocalBatches(torch.utils.data.Dataset):
         return [(self.records[i], pad) for i, pad in batch]
 
 
+class ChunkBatches(torch.utils.data.Dataset):
+    """:class:`LocalBatches` over question records stored as LitData chunks (``store=litdata``): a local batch
+    is read row by row from ``shards`` (:class:`~glmrag.models.chunk_records.ChunkShards`), whose shard ``i``
+    holds records ``first[i]:first[i] + counts[i]`` of the split."""
+
+    def __init__(self, shards: Any) -> None:
+        self.shards = shards
+        self.first = np.cumsum([0, *shards.counts])[:-1]
+
+    def __len__(self) -> int:
+        return int(sum(self.shards.counts))
+
+    def __getitem__(self, batch: list[tuple[int, bool]]) -> list[tuple[QARecord, bool]]:
+        items = []
+        for i, pad in batch:
+            shard = int(np.searchsorted(self.first, i, side="right")) - 1
+            start = i - int(self.first[shard])
+            (row,) = self.shards.rows(shard, start, start + 1)
+            items.append((QARecord.from_row(row), pad))
+        return items
+
+
 class QACollate:
     """Turns a local batch of :class:`QARecord` into the batch dict of the module docstring."""
 
     def __init__(self, indexes: Mapping[str, KGIndex], question_emb: Mapping[str, torch.Tensor], train: bool) -> None:
         self.indexes, self.question_emb, self.train = indexes, question_emb, train
+
+    def _emb(self, record: QARecord) -> torch.Tensor:
+        return record.question_emb if record.question_emb is not None else self.question_emb[record.question_id]
 
     def __call__(self, items: list[tuple[QARecord, bool]]) -> dict[str, Any]:
         records = [r for r, _ in items]
@@ -56,7 +102,7 @@ class QACollate:
         return {
             "kg": kg,
             "question_ids": qids,
-            "question_emb": torch.stack([self.question_emb[q] for q in qids]),  # (B, d)
+            "question_emb": torch.stack([self._emb(r) for r in records]),  # (B, d)
             "seed_weight": seed_weights(index, qids),  # (B, E)
             "target": target,
             "gold": [list(r.gold) for r in records],

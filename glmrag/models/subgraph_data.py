@@ -152,19 +152,29 @@ def write_split(folder: str | Path, records: Iterable[Mapping[str, Any]], shard_
 
 
 def write_chunk_split(
-    folder: str | Path, make: Callable[[int], Mapping[str, Any]], count: int, chunk_size: int, workers: int, meta: dict
+    folder: str | Path,
+    make: Callable[[int], Mapping[str, Any]],
+    count: int,
+    chunk_size: int,
+    workers: int,
+    meta: dict,
+    stats: bool = True,
 ) -> dict:
     """Write records ``make(0)``, ..., ``make(count - 1)`` as LitData chunks of ``chunk_size`` into ``folder``
     with LitData's writer in ``workers`` processes (:func:`~glmrag.models.chunk_records.write_chunks`), then
-    ``meta.json`` as :func:`write_split` does (``shards`` are the chunks)."""
+    ``meta.json`` as :func:`write_split` does (``shards`` are the chunks; ``stats`` of GLM records when
+    ``stats``, none for the GNN's question records)."""
     folder, tmp = Path(folder), temporary_sibling(folder)
     try:
         chunks = write_chunks(tmp, make, count, chunk_size, workers)
-        stats, written = RecordStats(), ChunkShards([str(tmp)]) if chunks else None
-        for shard, chunk in enumerate(chunks):
-            for record in written.rows(shard, 0, chunk["count"]):
-                stats.add(record)
-        return publish_split(tmp, folder, meta | {"store": "litdata", "shards": chunks, "stats": stats.counts})
+        counted = RecordStats()
+        if stats and chunks:
+            written = ChunkShards([str(tmp)])
+            for shard, chunk in enumerate(chunks):
+                for record in written.rows(shard, 0, chunk["count"]):
+                    counted.add(record)
+        meta = meta | {"store": "litdata", "shards": chunks} | ({"stats": counted.counts} if stats else {})
+        return publish_split(tmp, folder, meta)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -87,12 +87,17 @@ def glm_chunk_parts(index_config, cache_dir):
     return glm_parts(index_config, cache_dir / "chunks", store="litdata")
 
 
-def gnn_parts(index_config, cache_dir):
-    dm = KGQADataModule("musique_tiny", index=index_config(), batch_size=2, seed=3)
+def gnn_parts(index_config, cache_dir, **store):
+    dm = KGQADataModule("musique_tiny", index=index_config(), batch_size=2, seed=3, **store)
     model = GNNRetrieverModule(
         gnn={"hidden_channels": 8, "num_layers": 1}, optimizer=partial(torch.optim.AdamW, lr=5e-3), kgs=dm
     )
     return dm, model
+
+
+def gnn_chunk_parts(index_config, cache_dir):
+    """:func:`gnn_parts` with the question records in LitData chunks (``datamodule.store=litdata``)."""
+    return gnn_parts(index_config, cache_dir, store="litdata", records_dir=str(cache_dir / "gnn_chunks"))
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +105,9 @@ def subgraphs(tmp_path_factory):
     return tmp_path_factory.mktemp("subgraphs")
 
 
-@pytest.mark.parametrize("parts", [glm_parts, glm_chunk_parts, gnn_parts], ids=["glm", "glm_litdata", "gnn"])
+@pytest.mark.parametrize(
+    "parts", [glm_parts, glm_chunk_parts, gnn_parts, gnn_chunk_parts], ids=["glm", "glm_litdata", "gnn", "gnn_litdata"]
+)
 def test_sigterm_mid_epoch_then_resume_repeats_the_uninterrupted_run(
     parts, index_config, subgraphs, cpu_trainer, tmp_path
 ):

@@ -114,7 +114,7 @@ def test_kgqa_training_records_are_the_drawn_questions(index_config, train_quest
     from glmrag.index.cache import get_index
 
     dm.indexes["musique100"] = get_index(load_dataset("musique100"), OmegaConf.create(index_config(embed_model=None)))
-    records = dm._qa_records("musique100", "train_split", train=True)
+    records = dm._qa_records("musique100", dm.index("musique100"), "train_split", train=True)
     drawn = [q for q in train_questions if q.id in documented_draw(train_questions, 0.5, seed=1)]
     with_targets = [q.id for q in drawn if dm.index("musique100").entities_of_passages(list(q.supporting))]
     assert [r.question_id for r in records] == with_targets and 0 < len(records) <= 30
