@@ -129,6 +129,19 @@ class StartScore(Callback):
         self.monitor, self.score = checkpoint.monitor, None if value is None else float(value)
         log.info("before training: %s = %s", self.monitor, self.score)
 
+    @staticmethod
+    def of(callbacks: list[Callback]) -> StartScore:
+        """The :class:`StartScore` among ``callbacks`` (:func:`fit` adds one)."""
+        return next(cb for cb in callbacks if isinstance(cb, StartScore))
+
+    def metrics(self) -> dict[str, float]:
+        """``{"<monitor>_untrained": score}`` when measured, else ``{}``."""
+        return {} if self.score is None else {f"{self.monitor}_untrained": self.score}
+
+    def warnings(self, callbacks: list[Callback]) -> list[str]:
+        """:meth:`no_better_warning` as a list (empty or one warning)."""
+        return [w] if (w := self.no_better_warning(callbacks)) else []
+
     def no_better_warning(self, callbacks: list[Callback]) -> str | None:
         """A warning when the best checkpoint's score is no better than :attr:`score`; None otherwise, or when
         either score is unknown (a run resumed from a checkpoint written before this check)."""
@@ -220,15 +233,22 @@ def fit(cfg: DictConfig, loggers: list[Logger], measure_start: bool = False) -> 
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     for logger in loggers:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
-    resume = cfg.get("ckpt_path")
-    # weights_only: a checkpoint is data, never code (local_checkpoint refuses URLs, which Lightning would unpickle)
-    resume = str(readable_checkpoint(local_checkpoint(resume))) if resume else None
-    if resume:
-        check_architecture(model, resume)  # a named error, not torch's size-mismatch trace
-    elif measure_start and not trainer.fast_dev_run:
+    resume = checkpoint_to_resume(cfg, model)
+    if measure_start and not resume and not trainer.fast_dev_run:
         start.measure(trainer, model, datamodule)
     trainer.fit(model, datamodule=datamodule, ckpt_path=resume, weights_only=True)
     return trainer, callbacks
+
+
+def checkpoint_to_resume(cfg: DictConfig, model: L.LightningModule) -> str | None:
+    """``cfg.ckpt_path`` as a readable local file whose architecture is ``model``'s (a named error, not
+    torch's size-mismatch trace); None for a fresh run. Loaded weights-only: a checkpoint is data, never code
+    (:func:`~glmrag.io.local_checkpoint` refuses URLs, which Lightning would unpickle)."""
+    if not (path := cfg.get("ckpt_path")):
+        return None
+    resume = str(readable_checkpoint(local_checkpoint(path)))
+    check_architecture(model, resume)
+    return resume
 
 
 def pretrain_config(cfg: DictConfig, resume: bool = False) -> DictConfig:
@@ -244,11 +264,11 @@ def pretrain_config(cfg: DictConfig, resume: bool = False) -> DictConfig:
 
 
 def run_train(cfg: DictConfig) -> dict[str, Any]:
-    """(Optionally pretrain,) fit, test the best checkpoint, then evaluate it against the baselines.
+    """The training job: the checks that fail before any work, then :func:`train` in the run's folder (after
+    GFM-RAG's KG-completion stage, :func:`pretrain`, when ``cfg.pretrain`` is set).
 
-    With ``cfg.pretrain`` set (GFM-RAG), a KG-completion run comes first and the fine-tuning starts from its
-    last checkpoint (``model.init_from``). Returns the Trainer's callback metrics (``metrics``), the best
-    checkpoint path, ``warnings`` (the best checkpoint no better than the untrained model), the
+    Returns :func:`train`'s outcome: the Trainer's callback metrics (``metrics``), the best checkpoint path,
+    ``warnings`` (the best checkpoint no better than the untrained model), the
     :class:`~glmrag.eval.EvalResult` per evaluated dataset (``evals``; ``eval``: the first, None when
     ``evaluate`` is false) and the run's results-store folders (``stored``; none for a fast_dev_run).
     """
@@ -256,79 +276,114 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     check_embed_dim(cfg)
     resume_last = cfg.get("ckpt_path") == "last"  # also the pretraining stage, if the run stopped there
     cfg = resume_folder(OmegaConf.merge(cfg, {"run_id": str(cfg.run_id)}))  # the start time, read once
+    check_room_for_run(cfg)
+    register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
+    with run_management(cfg):
+        if cfg.get("pretrain") and not cfg.get("ckpt_path"):
+            cfg = pretrain(cfg, resume=resume_last)
+        return train(cfg)
+
+
+def check_room_for_run(cfg: DictConfig) -> None:
+    """A full disk fails now, not after the training: room in every folder the run writes."""
     written = {
         "output_dir": cfg.output_dir,
         "checkpoint_dir": cfg.checkpoint_dir,
         "the index cache": cfg.index.cache_dir,
     }
     for what, folder in written.items():
-        check_room(folder, what)  # a full disk fails now, not after the training
+        check_room(folder, what)
     if not cfg.trainer.get("fast_dev_run"):  # a smoke test files no run; a stopped run leaves no empty store
         check_room(cfg.results_dir, "results_dir", create=False)
-    register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
-    children_die_with_parent()  # DataLoader / spaCy workers must not outlive a killed job
+
+
+@contextlib.contextmanager
+def run_management(cfg: DictConfig) -> Iterator[None]:
+    """The body runs as one job: its DataLoader and spaCy workers die with it, it holds its run folder's lock
+    (one live run per folder), its DDP ranks and process group are its own (the next job of a multirun starts
+    its own), and a SIGTERM (preemption; the checkpoint is written) exits with :data:`PREEMPTED_EXIT_CODE`."""
+    children_die_with_parent()
     try:
-        # one live run per run folder; DDP: this job's ranks, and nothing of them left for the next job
         with run_folder_lock(cfg), job_processes(cfg.run_id):
-            return _pretrain_and_train(cfg, resume_pretraining=resume_last)
+            yield
     except SIGTERMException:  # Lightning's at a SIGTERM; the preemption checkpoint is written
         log.warning("stopped by SIGTERM; resume with the same command and ckpt_path=last")
         raise SystemExit(PREEMPTED_EXIT_CODE) from None
 
 
-def _pretrain_and_train(cfg: DictConfig, resume_pretraining: bool) -> dict[str, Any]:
+def pretrain(cfg: DictConfig, resume: bool) -> DictConfig:
+    """GFM-RAG's KG-completion stage (:func:`pretrain_config`, logged as a run of its own); returns ``cfg`` set
+    to fine-tune from the stage's last checkpoint (``model.init_from``)."""
     L.seed_everything(cfg.seed, workers=True)
-    if cfg.get("pretrain") and not cfg.get("ckpt_path"):
-        pre = pretrain_config(cfg, resume=resume_pretraining)
-        with closing(make_loggers(pre)) as pre_loggers:  # the fine-tuning logs into a run of its own
-            _, pre_callbacks = fit(pre, pre_loggers)
-        last = last_checkpoint(pre_callbacks)
-        if last:
-            cfg = OmegaConf.merge(cfg, {"model": {"init_from": last}})
-            log.info("fine-tuning from the KG-completion checkpoint %s", last)
-        L.seed_everything(cfg.seed, workers=True)
-    # closed even when the job fails: the next job in this process (a Hydra multirun) starts its own run
+    pre = pretrain_config(cfg, resume=resume)
+    with closing(make_loggers(pre)) as loggers:
+        _, callbacks = fit(pre, loggers)
+    if last := last_checkpoint(callbacks):
+        cfg = OmegaConf.merge(cfg, {"model": {"init_from": last}})
+        log.info("fine-tuning from the KG-completion checkpoint %s", last)
+    return cfg
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Fit and test the model of ``cfg``, evaluate its best checkpoint against the baselines, file the run.
+
+    The loggers are closed even when the job fails: the next job in this process (a Hydra multirun) starts
+    its own run. Under DDP every rank fits and tests (collective runs); rank 0 alone evaluates and files.
+    """
+    L.seed_everything(cfg.seed, workers=True)
     with closing(make_loggers(cfg)) as loggers:
-        return fit_and_evaluate(cfg, loggers)
-
-
-def fit_and_evaluate(cfg: DictConfig, loggers: list[Logger]) -> dict[str, Any]:
-    """Fit and test, evaluate the best checkpoint on rank 0, file the run (see :func:`run_train`)."""
-    trainer, callbacks = fit(cfg, loggers, measure_start=True)
-    # a fast_dev_run is a smoke test of the loops: Lightning writes no real checkpoint to evaluate
-    best = None if trainer.fast_dev_run else best_checkpoint(callbacks)
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    start = next(cb for cb in callbacks if isinstance(cb, StartScore))
-    warnings = [w] if best and (w := start.no_better_warning(callbacks)) else []
-    if start.score is not None:
-        metrics[f"{start.monitor}_untrained"] = start.score
-    if cfg.get("test") and best:  # every rank: under DDP, test is a collective run
-        trainer.test(datamodule=trainer.datamodule, ckpt_path=best, weights_only=True)
-        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
-    evals: dict[str, EvalResult] = {}
-    if trainer.is_global_zero:
-        for warning in warnings:
-            log.warning(warning)
-        if cfg.get("evaluate") and best:
-            evals = evaluate_checkpoint(cfg, best, str(trainer.strategy.root_device), loggers, warnings)
-        if best:
-            log_evaluation(loggers, None, best)  # wandb: an artifact online, a copy in the run folder offline
-    stored = []
-    if trainer.is_global_zero and not trainer.fast_dev_run:
-        model = trainer.lightning_module
-        stored = store_train_run(cfg, model, metrics, best, evals, warnings)
-        for logger in loggers:
-            logger.log_hyperparams({"results": [str(p) for p in stored], "num_parameters": num_parameters(model)})
-    log.info("best checkpoint: %s", best)
+        trainer, callbacks = fit(cfg, loggers, measure_start=True)
+        # a fast_dev_run is a smoke test of the loops: Lightning writes no real checkpoint to evaluate
+        best = None if trainer.fast_dev_run else best_checkpoint(callbacks)
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()} | StartScore.of(callbacks).metrics()
+        warnings = StartScore.of(callbacks).warnings(callbacks) if best else []
+        if cfg.get("test") and best:
+            trainer.test(datamodule=trainer.datamodule, ckpt_path=best, weights_only=True)
+            metrics |= {k: float(v) for k, v in trainer.callback_metrics.items()}
+        evals = evaluate_on_rank_zero(cfg, trainer, best, loggers, warnings)
+        stored = file_on_rank_zero(cfg, trainer, metrics, best, evals, warnings, loggers)
+        log.info("best checkpoint: %s", best)
     first = next(iter(evals.values()), None)
-    return {
-        "metrics": metrics,
-        "best_checkpoint": best,
-        "warnings": warnings,
-        "eval": first,
-        "evals": evals,
-        "stored": stored,
-    }
+    return dict(metrics=metrics, best_checkpoint=best, warnings=warnings, eval=first, evals=evals, stored=stored)
+
+
+def evaluate_on_rank_zero(
+    cfg: DictConfig, trainer: L.Trainer, best: str | None, loggers: list[Logger], warnings: list[str]
+) -> dict[str, EvalResult]:
+    """On rank 0: log ``warnings``, evaluate ``best`` (when ``cfg.evaluate``) on the Trainer's device, and hand
+    the checkpoint to the loggers; ``{}`` on other ranks and without a checkpoint."""
+    if not trainer.is_global_zero:
+        return {}
+    for warning in warnings:
+        log.warning(warning)
+    evals = (
+        evaluate_checkpoint(cfg, best, str(trainer.strategy.root_device), loggers, warnings)
+        if cfg.get("evaluate") and best
+        else {}
+    )
+    if best:
+        log_evaluation(loggers, None, best)  # wandb: an artifact online, a copy in the run folder offline
+    return evals
+
+
+def file_on_rank_zero(
+    cfg: DictConfig,
+    trainer: L.Trainer,
+    metrics: dict[str, float],
+    best: str | None,
+    evals: dict[str, EvalResult],
+    warnings: list[str],
+    loggers: list[Logger],
+) -> list[Path]:
+    """On rank 0 of a real run (not a fast_dev_run): file the run in the results store
+    (:func:`store_train_run`) and name its entries to the loggers; ``[]`` otherwise."""
+    if not trainer.is_global_zero or trainer.fast_dev_run:
+        return []
+    model = trainer.lightning_module
+    stored = store_train_run(cfg, model, metrics, best, evals, warnings)
+    for logger in loggers:
+        logger.log_hyperparams({"results": [str(p) for p in stored], "num_parameters": num_parameters(model)})
+    return stored
 
 
 def evaluate_checkpoint(
