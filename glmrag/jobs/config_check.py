@@ -141,35 +141,11 @@ def check_datamodule(cfg: DictConfig) -> None:
             raise ConfigError(f"datamodule.{key}={value!r}: must be an integer >= {0 if zero else 1}")
 
 
-LOSS_WEIGHTS = ("model.loss.bce_weight", "model.loss.listce_weight", "model.loss.passage_weight")
-"""The loss terms' weights (GLM-RAG Table 14 / App. B): each >= 0, and not all 0."""
-MODEL_SIZES = ("model.gnn.hidden_channels", "model.gnn.num_layers", "model.subgraph.max_hops")
-MODEL_SIZES += ("model.evaluation.top_entities",)
-"""Model settings that must be integers >= 1 when the model has them."""
-MODEL_BOUNDS = {"model.gnn.num_layers": 64, "model.gnn.hidden_channels": 65536}
-"""Sanity bounds on the GNN's size: 16 times the papers' largest (6 layers, GLM-RAG Table 14; 4096 channels, the
-capacity-matched pairs of Table 18). ``num_layers=1000000`` built for 110 s at 2.3 GB and more without a word."""
-
-
 def check_model(cfg: DictConfig) -> None:
-    """The model's sizes, subgraph budget and loss weights: no value that trains something meaningless; then
-    every settings node as its module builds it (:func:`check_model_settings`)."""
-    for key in MODEL_SIZES:
-        if OmegaConf.select(cfg, key) is not None:
-            positive_int(cfg, key)
-    for key, bound in MODEL_BOUNDS.items():
-        if (value := OmegaConf.select(cfg, key, default=None)) is not None and value > bound:
-            raise ConfigError(
-                f"{key}={value}: above the sanity bound {bound} (16 times the papers' largest); a model that size "
-                "takes minutes and gigabytes just to build. Raise MODEL_BOUNDS in glmrag/jobs/config_check.py if "
-                "you mean it"
-            )
-    positive_int(cfg, "model.subgraph.max_triplets", allow_none=True)  # null: the whole KG (GFM-RAG)
-    for key in LOSS_WEIGHTS:
-        non_negative(cfg, key)
-    bce, listce, passage = (OmegaConf.select(cfg, key, default=None) for key in LOSS_WEIGHTS)  # the GLM has no passage
-    if bce is not None and listce is not None and bce + listce + (passage or 0) == 0:
-        raise ConfigError(f"{', '.join(LOSS_WEIGHTS)} are all 0: nothing would be trained; set one above 0")
+    """Every settings node of the model as its module builds it (:func:`check_model_settings`): the range
+    rules live on the settings dataclasses (sizes and sanity bounds on :class:`~glmrag.nn.gnn.GNNConfig`,
+    budgets on :class:`~glmrag.models.glm_inputs.SubgraphSettings`, loss weights on
+    :class:`~glmrag.models.retriever_module.LossWeights`, ...), written once there."""
     check_model_settings(cfg)
 
 

@@ -107,10 +107,10 @@ class SubgraphSettings:
     collate only pads them; False: the collate computes them per batch."""
 
     def __post_init__(self) -> None:
-        for name in ("max_hops", "max_triplets"):  # the config check reads this rule (no subgraph without both)
+        for name in ("max_hops", "max_triplets"):  # the config check runs this rule (no subgraph without both)
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"subgraph.{name}={value!r}: must be an integer >= 1")
+                raise ValueError(f"model.subgraph.{name}={value!r}: must be an integer >= 1")
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
         if self.position_mode not in POSITION_MODES:

@@ -81,9 +81,16 @@ def gnn_subgraph(value: SubgraphSettings | Mapping[str, Any] | None) -> Subgraph
         raise TypeError(
             f"model.subgraph has unknown key(s) {unknown}: a GNN reads only {', '.join(GNN_SUBGRAPH_FIELDS)}"
         )
-    if value.get("max_triplets") is None:
-        return None
-    return typed_settings(SubgraphSettings, value, "model.subgraph")  # validated: negative budgets raise
+    whole_kg = value.get("max_triplets") is None
+    try:  # SubgraphSettings' rules, also on the fields a whole-KG run keeps unused (max_hops, seed)
+        settings = typed_settings(
+            SubgraphSettings, {**value, "max_triplets": 1} if whole_kg else value, "model.subgraph"
+        )
+        return None if whole_kg else settings
+    except ValueError as err:
+        if str(err).startswith("model.subgraph.max_triplets="):  # for the GNN, null is a budget too
+            raise ValueError(f"{err} or null (the whole KG, GFM-RAG)") from err
+        raise
 
 
 def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:

@@ -88,12 +88,16 @@ class LossWeights:
     0 in every paper config; GNN only)."""
 
     def __post_init__(self) -> None:
-        for name in ("bce_weight", "listce_weight", "passage_weight"):
+        names = ("bce_weight", "listce_weight", "passage_weight")
+        for name in names:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ValueError(f"loss.{name} must be a number >= 0, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+                raise ValueError(f"model.loss.{name}={value!r}: must be a finite number >= 0")
         if self.bce_weight + self.listce_weight + self.passage_weight == 0:
-            raise ValueError("loss.bce_weight, listce_weight and passage_weight are all 0: nothing would be trained")
+            raise ValueError(
+                "model.loss.bce_weight, listce_weight and passage_weight are all 0: nothing would be trained; set "
+                "one above 0"
+            )
         if not self.temperature > 0:
             raise ValueError(f"loss.temperature must be > 0, got {self.temperature!r}")
 
@@ -124,7 +128,7 @@ class Evaluation:
             raise ValueError(f"evaluation.ks must include 2 (val/{BEST_METRIC}_best is tracked), got {ks}")
         object.__setattr__(self, "ks", ks)
         if isinstance(self.top_entities, bool) or not isinstance(self.top_entities, int) or self.top_entities < 1:
-            raise ValueError(f"evaluation.top_entities must be an integer >= 1, got {self.top_entities!r}")
+            raise ValueError(f"model.evaluation.top_entities={self.top_entities!r}: must be an integer >= 1")
 
 
 class RetrieverModule(LightningModule, ABC):

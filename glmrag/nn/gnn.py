@@ -30,7 +30,12 @@ QUERY_INJECTIONS = ("all", "seeds", "hidden_all", "hidden_seeds")
 HIDDEN_INJECTIONS = ("hidden_all", "hidden_seeds")
 
 
-@dataclass
+SIZE_BOUNDS = {"num_layers": 64, "hidden_channels": 65536}
+"""Sanity bounds on the GNN's size: 16 times the papers' largest (6 layers, GLM-RAG Table 14; 4096 channels, the
+capacity-matched pairs of Table 18). ``num_layers=1000000`` built for 110 s at 2.3 GB and more without a word."""
+
+
+@dataclass(frozen=True)
 class GNNConfig:
     """Sizes and variant of a :class:`QueryGNN`."""
 
@@ -69,8 +74,16 @@ class GNNConfig:
 
     def __post_init__(self) -> None:
         for name in ("hidden_channels", "num_layers", "question_dim", "relation_dim", "node_dim"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"GNNConfig.{name} must be positive, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"model.gnn.{name}={value!r}: must be an integer >= 1")
+        for name, bound in SIZE_BOUNDS.items():
+            if getattr(self, name) > bound:
+                raise ValueError(
+                    f"model.gnn.{name}={getattr(self, name)}: above the sanity bound {bound} (16 times the papers' "
+                    "largest); a model that size takes minutes and gigabytes just to build. Raise SIZE_BOUNDS in "
+                    "glmrag/nn/gnn.py if you mean it"
+                )
         if self.query_injection not in QUERY_INJECTIONS:
             raise ValueError(
                 f"GNNConfig.query_injection must be one of {QUERY_INJECTIONS}, got {self.query_injection!r}"

@@ -155,7 +155,10 @@ def test_a_learning_rate_that_is_not_a_finite_number_is_refused(value):
     [
         (lambda: GNNRetrieverModule(gnn={"hiden_channels": 8}), r"model.gnn has unknown key\(s\) \['hiden_channels'\]"),
         (lambda: GNNRetrieverModule(subgraph={"layout": "linear"}), r"a GNN reads only max_hops, max_triplets, seed"),
-        (lambda: GNNRetrieverModule(loss={"bce_weight": -1}), r"loss.bce_weight must be a number >= 0"),
+        (
+            lambda: GNNRetrieverModule(loss={"bce_weight": -1}),
+            r"model.loss.bce_weight=-1: must be a finite number >= 0",
+        ),
         (lambda: GNNRetrieverModule(loss={"temperature": 0.0}), r"loss.temperature must be > 0"),
         (
             lambda: GNNRetrieverModule(loss={"bce_weight": 0, "listce_weight": 0}),
