@@ -6,8 +6,9 @@
 * :class:`AtomicCheckpointIO` writes every checkpoint to a temp file in its own folder, fsyncs and renames
   it; Lightning's fsspec write copies a temp file across filesystems, so a kill can empty ``last.ckpt``.
 * :func:`readable_checkpoint` names a truncated file instead of torch's bare ``EOFError``.
-* :func:`nest_flat_hparams` reads the flat hyper-parameters of checkpoints saved before the modules took
-  settings nodes (``hidden_channels`` -> ``gnn.hidden_channels``).
+* :func:`migrate_hparams` brings the hyper-parameters of a checkpoint of any earlier layout
+  (:data:`HPARAMS_LAYOUT`) to today's, one versioned step at a time: layout 1 held them flat
+  (``hidden_channels`` -> ``gnn.hidden_channels``, :func:`nest_flat_hparams`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ SEEN_QUESTIONS_KEY = "glmrag_seen_questions"
 """Checkpoint entry: the sorted fingerprints of the questions the run trained and validated on."""
 SEEN_VERSION_KEY = "glmrag_seen_questions_version"
 """Checkpoint entry: the rule that made those fingerprints (:data:`glmrag.data.types.FINGERPRINT_VERSION`)."""
+HPARAMS_LAYOUT = 2
+"""The layout of a module's hyper-parameters in its checkpoints, saved with them (:data:`HPARAMS_LAYOUT_KEY`):
+1, flat (``hidden_channels``; glmrag before the settings nodes, no layout saved); 2, one node per settings
+dataclass (``gnn.hidden_channels``; before the layout was saved, recognised by having no flat key)."""
+HPARAMS_LAYOUT_KEY = "glmrag_hparams_layout"
+"""Checkpoint entry: the :data:`HPARAMS_LAYOUT` its hyper-parameters were saved in."""
 PATH_KEYS = ("best_model_path", "kth_best_model_path", "last_model_path")
 """The paths a ModelCheckpoint's state holds besides its ``best_k_models``."""
 
@@ -164,15 +171,57 @@ def check_architecture(module: torch.nn.Module, path: str | os.PathLike[str], ke
     )
 
 
-def saved_hparams(path: Any, weights_only: bool = True) -> dict[str, Any]:
-    """The hyper-parameters stored in a checkpoint (a path, read memory-mapped, or a seekable file object)."""
+def _load(path: Any, weights_only: bool) -> dict[str, Any]:
+    """A checkpoint (a path, read memory-mapped, or a seekable file object, left where it was)."""
     if hasattr(path, "read"):
         start = path.tell()
         ckpt = torch.load(path, map_location="cpu", weights_only=weights_only)
         path.seek(start)
-    else:
-        ckpt = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
-    return dict(ckpt.get("hyper_parameters") or {})
+        return ckpt
+    return torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
+
+
+def saved_hparams(path: Any, weights_only: bool = True) -> dict[str, Any]:
+    """The hyper-parameters stored in a checkpoint (a path, read memory-mapped, or a seekable file object)."""
+    return dict(_load(path, weights_only).get("hyper_parameters") or {})
+
+
+def saved_layout(path: Any, weights_only: bool = True) -> tuple[dict[str, Any], int | None]:
+    """The hyper-parameters stored in a checkpoint and their :data:`HPARAMS_LAYOUT` (None: saved before the
+    layout was recorded)."""
+    ckpt = _load(path, weights_only)
+    return dict(ckpt.get("hyper_parameters") or {}), ckpt.get(HPARAMS_LAYOUT_KEY)
+
+
+class CheckpointLayoutError(ValueError):
+    """A checkpoint whose hyper-parameters are in a layout this glmrag does not know."""
+
+
+def migrate_hparams(
+    saved: Mapping[str, Any],
+    layout: int | None,
+    flat_paths: Mapping[str, tuple[str, str]],
+    flat_defaults: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], int]:
+    """``(hyper-parameters in today's layout, the layout they were saved in)``.
+
+    ``layout`` is the checkpoint's :data:`HPARAMS_LAYOUT_KEY`; None (saved before it was recorded) means 1 when
+    a key of ``flat_paths`` (the module's old flat key -> ``(node, field)``) is among them, else 2. Each step
+    brings layout ``v`` to ``v + 1``: 1 -> 2 nests the flat keys (:func:`nest_flat_hparams`; ``flat_defaults``
+    first fills the keys a flat checkpoint may predate, with the values it was trained with). A layout newer
+    than :data:`HPARAMS_LAYOUT` is a :class:`CheckpointLayoutError`.
+    """
+    if layout is None:
+        layout = 1 if any(key in saved for key in flat_paths) else 2
+    if not isinstance(layout, int) or isinstance(layout, bool) or not 1 <= layout <= HPARAMS_LAYOUT:
+        raise CheckpointLayoutError(
+            f"the checkpoint's hyper-parameters are in layout {layout!r}; this glmrag reads layouts 1 to "
+            f"{HPARAMS_LAYOUT}: load it with the glmrag version that saved it, or a newer one"
+        )
+    hparams, steps = dict(saved), {1: lambda h: nest_flat_hparams(h, flat_paths, flat_defaults)}
+    for version in range(layout, HPARAMS_LAYOUT):
+        hparams = steps[version](hparams)
+    return hparams, layout
 
 
 def nest_flat_hparams(

@@ -33,7 +33,14 @@ from glmrag.data.types import FINGERPRINT_VERSION
 from glmrag.index.ranking import DOC_RANKER_ENTITIES, RANKERS
 from glmrag.index.ranking_metrics import retrieval_metrics
 from glmrag.io import plain_container
-from glmrag.models.checkpointing import SEEN_QUESTIONS_KEY, SEEN_VERSION_KEY, nest_flat_hparams, saved_hparams
+from glmrag.models.checkpointing import (
+    HPARAMS_LAYOUT,
+    HPARAMS_LAYOUT_KEY,
+    SEEN_QUESTIONS_KEY,
+    SEEN_VERSION_KEY,
+    migrate_hparams,
+    saved_layout,
+)
 from glmrag.models.kg_datamodule import settings_from
 from glmrag.models.kg_source import KGSource
 from glmrag.models.resumable import RANDOM_STREAMS_KEY, random_streams, restore_random_streams
@@ -154,17 +161,22 @@ class RetrieverModule(LightningModule, ABC):
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        """Lightning's ``load_from_checkpoint``; a checkpoint with flat hyper-parameters (saved before the
-        settings nodes) is built from them nested (:func:`~glmrag.models.checkpointing.nest_flat_hparams`)."""
-        saved = saved_hparams(checkpoint_path, weights_only=kwargs.get("weights_only") is not False)
-        if any(key in saved for key in cls.FLAT_HPARAMS):
+        """Lightning's ``load_from_checkpoint``, the hyper-parameters of an earlier layout first brought to
+        today's (:func:`~glmrag.models.checkpointing.migrate_hparams`; layout 1, flat, with
+        :data:`FLAT_HPARAMS` and :data:`FLAT_DEFAULTS`)."""
+        saved, layout = saved_layout(checkpoint_path, weights_only=kwargs.get("weights_only") is not False)
+        hparams, layout = migrate_hparams(saved, layout, cls.FLAT_HPARAMS, cls.FLAT_DEFAULTS)
+        if layout < HPARAMS_LAYOUT:
             missing = {key: value for key, value in cls.FLAT_DEFAULTS.items() if key not in saved}
             log.warning(
-                "checkpoint %s has flat hyper-parameters (saved before the settings nodes): read nested%s",
+                "checkpoint %s has hyper-parameters of layout %d (flat, saved before the settings nodes): read in "
+                "layout %d%s",
                 checkpoint_path,
+                layout,
+                HPARAMS_LAYOUT,
                 f", with the values it was trained with for the keys it predates, {missing}" if missing else "",
             )
-            kwargs = {**nest_flat_hparams(saved, cls.FLAT_HPARAMS, cls.FLAT_DEFAULTS), **kwargs}
+            kwargs = {**hparams, **kwargs}
         return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 
     def kg_source(self) -> KGSource:
@@ -285,8 +297,10 @@ class RetrieverModule(LightningModule, ABC):
         self._log_epoch("test", self.test_loss, self.test_metrics)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Record the fingerprints of the questions the run trained and validated on (the evaluator refuses
+        """Record the layout of the hyper-parameters (:data:`~glmrag.models.checkpointing.HPARAMS_LAYOUT`) and
+        the fingerprints of the questions the run trained and validated on (the evaluator refuses
         to score them, whatever the dataset is called: :mod:`glmrag.eval.overlap`)."""
+        checkpoint[HPARAMS_LAYOUT_KEY] = HPARAMS_LAYOUT
         seen = getattr(self.kgs, "seen_questions", None)
         if seen is not None:
             checkpoint[SEEN_QUESTIONS_KEY] = sorted(seen)

@@ -11,7 +11,13 @@ from omegaconf import OmegaConf
 
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.jobs.config_check import ConfigError, validate_train_config
-from glmrag.models.checkpointing import nest_flat_hparams
+from glmrag.models.checkpointing import (
+    HPARAMS_LAYOUT,
+    HPARAMS_LAYOUT_KEY,
+    CheckpointLayoutError,
+    migrate_hparams,
+    nest_flat_hparams,
+)
 from glmrag.models.glm_inputs import SubgraphSettings
 from glmrag.models.glm_module import GLM_LOSS, GLMConfig, GLMRetrieverModule, LearningRates
 from glmrag.models.gnn_module import GNNRetrieverModule, KGCSettings
@@ -270,3 +276,32 @@ def test_nest_flat_hparams_and_the_models_a_checkpoint_names():
     assert nested["subgraph"]["seed"] == 0 and "subgraph_seed" not in nested["subgraph"]
     expected = {"embed_model": "offline:all-MiniLM-L6-v2", "glm.t5": "t5-base", "glm.tokenizer": DEFAULT_MODEL}
     assert named_models(FLAT_GLM) == named_models(nested) == expected
+
+
+def test_every_earlier_layout_migrates_one_versioned_step_at_a_time():
+    paths, defaults = GLMRetrieverModule.FLAT_HPARAMS, GLMRetrieverModule.FLAT_DEFAULTS
+    nested = nest_flat_hparams(FLAT_GLM, paths, defaults)
+    assert migrate_hparams(FLAT_GLM, None, paths, defaults) == (nested, 1)  # flat, saved before the layout key
+    assert migrate_hparams(FLAT_GLM, 1, paths, defaults) == (nested, 1)
+    assert migrate_hparams(nested, None, paths, defaults) == (nested, 2)  # nested, saved before the layout key
+    assert migrate_hparams(nested, HPARAMS_LAYOUT, paths, defaults) == (nested, HPARAMS_LAYOUT)
+    for newer in (HPARAMS_LAYOUT + 1, 0, "2", True):
+        with pytest.raises(CheckpointLayoutError, match=rf"layout {newer!r}; this glmrag reads layouts 1 to 2"):
+            migrate_hparams(nested, newer, paths, defaults)
+
+
+def test_checkpoints_record_their_layout_and_a_newer_one_is_refused_by_name(tmp_path):
+    module = GNNRetrieverModule(gnn=GNN_DIMS, subgraph={"max_triplets": 30})
+    checkpoint: dict = {}
+    module.on_save_checkpoint(checkpoint)
+    assert checkpoint[HPARAMS_LAYOUT_KEY] == HPARAMS_LAYOUT == 2
+    save(module, dict(module.hparams), tmp_path / "now.ckpt")
+    ckpt = torch.load(tmp_path / "now.ckpt", weights_only=True)
+    torch.save(ckpt | checkpoint, tmp_path / "now.ckpt")
+    assert GNNRetrieverModule.load_from_checkpoint(tmp_path / "now.ckpt").hparams == module.hparams
+    torch.save(ckpt | {HPARAMS_LAYOUT_KEY: 3}, tmp_path / "future.ckpt")
+    with pytest.raises(CheckpointLayoutError, match="load it with the glmrag version that saved it"):
+        GNNRetrieverModule.load_from_checkpoint(tmp_path / "future.ckpt")
+    torch.save(ckpt | {"hyper_parameters": FLAT_GNN, HPARAMS_LAYOUT_KEY: 1}, tmp_path / "flat.ckpt")
+    loaded = GNNRetrieverModule.load_from_checkpoint(tmp_path / "flat.ckpt")  # layout 1 saved with its key
+    assert loaded.config == GNNConfig(**GNN_DIMS, use_node_features=True) and same_weights(loaded, module)
