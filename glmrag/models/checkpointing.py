@@ -205,19 +205,23 @@ def migrate_hparams(
 ) -> tuple[dict[str, Any], int]:
     """``(hyper-parameters in today's layout, the layout they were saved in)``.
 
-    ``layout`` is the checkpoint's :data:`HPARAMS_LAYOUT_KEY`; None (saved before it was recorded) means 1 when
-    a key of ``flat_paths`` (the module's old flat key -> ``(node, field)``) is among them, else 2. Each step
+    ``layout`` is the checkpoint's :data:`HPARAMS_LAYOUT_KEY`, None when saved before it was recorded. A key of
+    ``flat_paths`` (the module's old flat key -> ``(node, field)``) among them means layout 1 whatever is recorded
+    (a checkpoint whose hyper-parameters were rewritten by hand keeps the key its writer saved); otherwise the
+    recorded layout, or 2 when none is. Each step
     brings layout ``v`` to ``v + 1``: 1 -> 2 nests the flat keys (:func:`nest_flat_hparams`; ``flat_defaults``
     first fills the keys a flat checkpoint may predate, with the values it was trained with). A layout newer
     than :data:`HPARAMS_LAYOUT` is a :class:`CheckpointLayoutError`.
     """
     if layout is None:
-        layout = 1 if any(key in saved for key in flat_paths) else 2
+        layout = 2
     if not isinstance(layout, int) or isinstance(layout, bool) or not 1 <= layout <= HPARAMS_LAYOUT:
         raise CheckpointLayoutError(
             f"the checkpoint's hyper-parameters are in layout {layout!r}; this glmrag reads layouts 1 to "
             f"{HPARAMS_LAYOUT}: load it with the glmrag version that saved it, or a newer one"
         )
+    if any(key in saved for key in flat_paths):
+        layout = 1
     hparams, steps = dict(saved), {1: lambda h: nest_flat_hparams(h, flat_paths, flat_defaults)}
     for version in range(layout, HPARAMS_LAYOUT):
         hparams = steps[version](hparams)

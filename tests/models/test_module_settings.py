@@ -283,6 +283,7 @@ def test_every_earlier_layout_migrates_one_versioned_step_at_a_time():
     nested = nest_flat_hparams(FLAT_GLM, paths, defaults)
     assert migrate_hparams(FLAT_GLM, None, paths, defaults) == (nested, 1)  # flat, saved before the layout key
     assert migrate_hparams(FLAT_GLM, 1, paths, defaults) == (nested, 1)
+    assert migrate_hparams(FLAT_GLM, 2, paths, defaults) == (nested, 1)  # flat keys under today's key: by hand
     assert migrate_hparams(nested, None, paths, defaults) == (nested, 2)  # nested, saved before the layout key
     assert migrate_hparams(nested, HPARAMS_LAYOUT, paths, defaults) == (nested, HPARAMS_LAYOUT)
     for newer in (HPARAMS_LAYOUT + 1, 0, "2", True):
