@@ -335,8 +335,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         trainer, callbacks = fit(cfg, loggers, measure_start=True)
         # a fast_dev_run is a smoke test of the loops: Lightning writes no real checkpoint to evaluate
         best = None if trainer.fast_dev_run else best_checkpoint(callbacks)
-        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()} | StartScore.of(callbacks).metrics()
-        warnings = StartScore.of(callbacks).warnings(callbacks) if best else []
+        start = StartScore.of(callbacks)
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()} | start.metrics()
+        warnings = start.warnings(callbacks) if best else []
         if cfg.get("test") and best:
             trainer.test(datamodule=trainer.datamodule, ckpt_path=best, weights_only=True)
             metrics |= {k: float(v) for k, v in trainer.callback_metrics.items()}

@@ -181,14 +181,9 @@ def _load(path: Any, weights_only: bool) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
 
 
-def saved_hparams(path: Any, weights_only: bool = True) -> dict[str, Any]:
-    """The hyper-parameters stored in a checkpoint (a path, read memory-mapped, or a seekable file object)."""
-    return dict(_load(path, weights_only).get("hyper_parameters") or {})
-
-
 def saved_layout(path: Any, weights_only: bool = True) -> tuple[dict[str, Any], int | None]:
-    """The hyper-parameters stored in a checkpoint and their :data:`HPARAMS_LAYOUT` (None: saved before the
-    layout was recorded)."""
+    """The hyper-parameters stored in a checkpoint (a path, read memory-mapped, or a seekable file object) and
+    their :data:`HPARAMS_LAYOUT` (None: saved before the layout was recorded)."""
     ckpt = _load(path, weights_only)
     return dict(ckpt.get("hyper_parameters") or {}), ckpt.get(HPARAMS_LAYOUT_KEY)
 
@@ -206,12 +201,12 @@ def migrate_hparams(
     """``(hyper-parameters in today's layout, the layout they were saved in)``.
 
     ``layout`` is the checkpoint's :data:`HPARAMS_LAYOUT_KEY`, None when saved before it was recorded. A key of
-    ``flat_paths`` (the module's old flat key -> ``(node, field)``) among them means layout 1 whatever is recorded
-    (a checkpoint whose hyper-parameters were rewritten by hand keeps the key its writer saved); otherwise the
-    recorded layout, or 2 when none is. Each step
-    brings layout ``v`` to ``v + 1``: 1 -> 2 nests the flat keys (:func:`nest_flat_hparams`; ``flat_defaults``
-    first fills the keys a flat checkpoint may predate, with the values it was trained with). A layout newer
-    than :data:`HPARAMS_LAYOUT` is a :class:`CheckpointLayoutError`.
+    ``flat_paths`` (the module's old flat key -> ``(node, field)``) among them means layout 1 whatever is
+    recorded (a checkpoint whose hyper-parameters were rewritten by hand keeps the key its writer saved);
+    otherwise the recorded layout, or 2 when none is. Each step brings layout ``v`` to ``v + 1``: 1 -> 2 nests
+    the flat keys (:func:`nest_flat_hparams`; ``flat_defaults`` first fills the keys a flat checkpoint may
+    predate, with the values it was trained with). A layout newer than :data:`HPARAMS_LAYOUT` is a
+    :class:`CheckpointLayoutError`.
     """
     if layout is None:
         layout = 2

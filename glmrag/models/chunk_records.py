@@ -178,6 +178,28 @@ class ChunkShards:
             yield decode(dataset[row])
 
 
+def split_location(folder: Path, written_to: Path, records_url: str | None) -> str:
+    """Where the split written to ``folder`` (under ``written_to``) is read from: ``folder`` itself, or its
+    place under ``records_url`` (a copy of ``written_to`` in object storage)."""
+    if records_url is None:
+        return str(folder)
+    return "/".join([records_url.rstrip("/"), *folder.relative_to(written_to).parts])
+
+
+def open_splits(
+    locations: Sequence[str], storage_options: Mapping[str, Any], records_url: str | None, written_to: Path
+) -> ChunkShards:
+    """:class:`ChunkShards` of the split ``locations``; a split missing under ``records_url`` is a
+    FileNotFoundError that says how to put it there (a local folder is checked before, by its ``meta.json``)."""
+    try:
+        return ChunkShards(locations, storage_options, default_chunk_cache())
+    except FileNotFoundError as err:
+        raise FileNotFoundError(
+            f"{err}; datamodule.records_url={records_url!r} lacks a split of these settings: write it once "
+            f"without records_url (into {written_to}) and copy that folder there"
+        ) from err
+
+
 def use_plain_http_endpoints() -> None:
     """Let LitData read ``s3://`` URLs from an S3-compatible server over plain http (a MinIO in a cluster, the
     tests' moto server): it fetches whole chunks with obstore, whose client refuses ``http://`` unless told

@@ -108,9 +108,7 @@ class SubgraphSettings:
 
     def __post_init__(self) -> None:
         for name in ("max_hops", "max_triplets"):  # the config check runs this rule (no subgraph without both)
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"model.subgraph.{name}={value!r}: must be an integer >= 1")
+            self.check_budget(name, getattr(self, name))
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
         if self.position_mode not in POSITION_MODES:
@@ -120,6 +118,16 @@ class SubgraphSettings:
         for name in ("use_text", "question_eos", "precompute"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+
+    @staticmethod
+    def check_budget(name: str, value: Any, allow_none: bool = False) -> None:
+        """The rule of ``max_hops`` and ``max_triplets``: an integer >= 1 (or None when ``allow_none``, for a
+        GNN's whole-KG run); a ValueError naming the config key otherwise."""
+        if value is None and allow_none:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            allowed = "an integer >= 1" + (" or null (the whole KG, GFM-RAG)" if allow_none else "")
+            raise ValueError(f"model.subgraph.{name}={value!r}: must be {allowed}")
 
     def key(self) -> str:
         """A readable cache key of everything a stored record depends on, e.g. ``h2-t600-graph-text-eos-last-s0``."""

@@ -46,11 +46,12 @@ import torch
 from torch.utils.data import DataLoader
 
 from glmrag.data.registry import load_dataset
+from glmrag.data.types import Question
 from glmrag.index.cache import get_index
 from glmrag.index.kg import KGIndex
 from glmrag.index.store import content_manifest
 from glmrag.io import cache_root, plain_container
-from glmrag.models.chunk_records import ChunkShards, default_chunk_cache
+from glmrag.models.chunk_records import open_splits, split_location
 from glmrag.models.gnn_batches import ChunkBatches, KGCCollate, LocalBatches, QACollate, QARecord, TripleRecord
 from glmrag.models.gnn_input_cache import (
     cached_graph_inputs,
@@ -165,13 +166,22 @@ class KGQADataModule(KGDataModule):
             if self.hparams.store != "litdata" or self.hparams.records_url is not None:
                 continue
             for split_name in self._question_splits():
-                if read_meta(folder := self._split_folder(name, index, split_name)) is None:
-                    self._write(name, index, emb, split_name, folder)
+                questions = self.split_questions(name, split_name)
+                if read_meta(folder := self._split_folder(name, index, split_name, questions)) is None:
+                    self._write(name, index, emb, split_name, questions, folder)
 
-    def _write(self, name: str, index: KGIndex, emb: Mapping[str, torch.Tensor], split_name: str, folder: Path) -> None:
-        """Store the question records of one split (their embeddings with them) as LitData chunks."""
+    def _write(
+        self,
+        name: str,
+        index: KGIndex,
+        emb: Mapping[str, torch.Tensor],
+        split_name: str,
+        questions: list[Question],
+        folder: Path,
+    ) -> None:
+        """Store the records of one split's ``questions`` (their embeddings with them) as LitData chunks."""
         hp = self.hparams
-        records = self._qa_records(name, index, split_name, train=split_name == "train_split")
+        records = self._qa_records(name, index, split_name, train=split_name == "train_split", questions=questions)
         meta = {"dataset": name, "split": hp[split_name], "embed_model": hp.embed_model}
         rows = QuestionRows(records, emb)
         meta = write_chunk_split(folder, rows, len(records), hp.chunk_size, hp.write_workers, meta, stats=False)
@@ -189,19 +199,13 @@ class KGQADataModule(KGDataModule):
         names = [s for s in ("train_split", "val_split", "test_split") if self.hparams[s] is not None]
         return [s for s in names if not (s == "train_split" and self.hparams.task == "kgc")]
 
-    def _split_folder(self, name: str, index: KGIndex, split_name: str) -> Path:
+    def _split_folder(self, name: str, index: KGIndex, split_name: str, questions: list[Question]) -> Path:
         """The folder of a question split of dataset ``name`` in ``records_dir``, keyed by the index's content,
         the question encoder, the question ids and whether questions without targets are dropped (training)."""
-        ids = [q.id for q in self.split_questions(name, split_name)]
+        ids = [q.id for q in questions]
         parts = [QUESTION_RECORDS_FORMAT, content_manifest(index.manifest), self.hparams.embed_model, ids]
         digest = hashlib.sha256(json.dumps([*parts, split_name == "train_split"], default=str).encode())
         return self.records_dir / digest.hexdigest()[:16] / name / self.hparams[split_name]
-
-    def _location(self, folder: Path) -> str:
-        """Where the split written to ``folder`` is read from: ``folder``, or its place under ``records_url``."""
-        if self.hparams.records_url is None:
-            return str(folder)
-        return "/".join([self.hparams.records_url.rstrip("/"), *folder.relative_to(self.records_dir).parts])
 
     def setup(self, stage: str | None = None) -> None:
         """Load indexes, GNN inputs and the questions of every split; read the device count from the trainer."""
@@ -243,27 +247,24 @@ class KGQADataModule(KGDataModule):
         """The split's records from its chunk folders (or URLs), one per dataset, in dataset order."""
         locations = []
         for name in self.hparams.datasets:
-            folder = self._split_folder(name, self.indexes[name], split_name)
+            folder = self._split_folder(name, self.indexes[name], split_name, self.split_questions(name, split_name))
             if self.hparams.records_url is None and read_meta(folder) is None:
                 raise FileNotFoundError(
                     f"{folder}: no complete question records of {name}/{folder.name} for these settings; call "
                     "prepare_data() first (Lightning does so before setup)"
                 )
-            locations.append(self._location(folder))
-        try:
-            shards = ChunkShards(locations, self.hparams.storage_options, default_chunk_cache())
-        except FileNotFoundError as err:  # only records_url gets here: a local folder was checked by read_meta
-            raise FileNotFoundError(
-                f"{err}; datamodule.records_url={self.hparams.records_url!r} lacks a split of these settings: write "
-                f"it once without records_url (into {self.records_dir}) and copy that folder there"
-            ) from err
+            locations.append(split_location(folder, self.records_dir, self.hparams.records_url))
+        shards = open_splits(locations, self.hparams.storage_options, self.hparams.records_url, self.records_dir)
         counts = shards.location_counts()
         kgs = [name for name, count in zip(self.hparams.datasets, counts, strict=True) for _ in range(count)]
         self._set_records(split_name, ChunkBatches(shards), kgs)
 
-    def _qa_records(self, name: str, index: KGIndex, split_name: str, train: bool) -> list[QARecord]:
-        """The questions of one split; training drops those without target entities (as GFM-RAG)."""
-        questions = self.split_questions(name, split_name)
+    def _qa_records(
+        self, name: str, index: KGIndex, split_name: str, train: bool, questions: list[Question] | None = None
+    ) -> list[QARecord]:
+        """The records of one split's questions (``questions``: read from the registry when None); training drops
+        those without target entities (as GFM-RAG)."""
+        questions = self.split_questions(name, split_name) if questions is None else questions
         records = [
             QARecord(name, q.id, tuple(index.entities_of_passages(list(q.supporting))), q.supporting) for q in questions
         ]

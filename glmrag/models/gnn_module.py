@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from glmrag.graph.subgraph import Subgraph, select_subgraph
+from glmrag.graph.subgraph import MAX_HOPS, Subgraph, select_subgraph
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.index.ranking import rank_passages
@@ -81,16 +81,11 @@ def gnn_subgraph(value: SubgraphSettings | Mapping[str, Any] | None) -> Subgraph
         raise TypeError(
             f"model.subgraph has unknown key(s) {unknown}: a GNN reads only {', '.join(GNN_SUBGRAPH_FIELDS)}"
         )
-    whole_kg = value.get("max_triplets") is None
-    try:  # SubgraphSettings' rules, also on the fields a whole-KG run keeps unused (max_hops, seed)
-        settings = typed_settings(
-            SubgraphSettings, {**value, "max_triplets": 1} if whole_kg else value, "model.subgraph"
-        )
-        return None if whole_kg else settings
-    except ValueError as err:
-        if str(err).startswith("model.subgraph.max_triplets="):  # for the GNN, null is a budget too
-            raise ValueError(f"{err} or null (the whole KG, GFM-RAG)") from err
-        raise
+    SubgraphSettings.check_budget("max_triplets", value.get("max_triplets"), allow_none=True)
+    if value.get("max_triplets") is None:  # the whole KG; max_hops is unused but still has to make sense
+        SubgraphSettings.check_budget("max_hops", value.get("max_hops", MAX_HOPS))
+        return None
+    return typed_settings(SubgraphSettings, value, "model.subgraph")
 
 
 def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:

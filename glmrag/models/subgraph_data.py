@@ -33,7 +33,7 @@ from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.index.store import content_manifest
 from glmrag.io import atomic_write_bytes, atomic_write_text, cache_root, plain_container, temporary_sibling
-from glmrag.models.chunk_records import ChunkShards, default_chunk_cache, write_chunks
+from glmrag.models.chunk_records import ChunkShards, open_splits, split_location, write_chunks
 from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record, record_schema
 from glmrag.models.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
 from glmrag.models.kg_datamodule import KGDataModule, settings_from
@@ -289,12 +289,6 @@ class SubgraphDataModule(KGDataModule):
             key = split_key(index, self.settings, hp.tokenizer, vocab_size, hp.embed_model, ids, drop_untargeted=train)
             yield split_name, questions, self.cache_dir / key / name / split
 
-    def location(self, folder: Path) -> str:
-        """Where the split written to ``folder`` is read from: ``folder``, or its place under ``records_url``."""
-        if self.hparams.records_url is None:
-            return str(folder)
-        return "/".join([self.hparams.records_url.rstrip("/"), *folder.relative_to(self.cache_dir).parts])
-
     def prepare_data(self) -> None:
         """Build every index, and the shards of every split not stored yet (once per node; with
         ``records_url``, the indexes only: the records are read from there)."""
@@ -348,7 +342,9 @@ class SubgraphDataModule(KGDataModule):
             index = get_index(full, self._index_cfg(name))
             for split_name, _, folder in self._split_folders(name, index, vocab_size):
                 if self.hparams.records_url is not None:
-                    splits[split_name].append({"folder": self.location(folder)})
+                    splits[split_name].append(
+                        {"folder": split_location(folder, self.cache_dir, self.hparams.records_url)}
+                    )
                 elif (meta := read_meta(folder)) is None:
                     raise FileNotFoundError(
                         f"{folder / META}: no complete subgraph shards of {name}/{folder.name} for these settings; "
@@ -366,13 +362,7 @@ class SubgraphDataModule(KGDataModule):
             files = [str(Path(meta["folder"]) / shard["file"]) for meta in parts for shard in meta["shards"]]
             return ParquetShards(files, [shard["count"] for meta in parts for shard in meta["shards"]])
         locations = [meta["folder"] for meta in parts]
-        try:
-            return ChunkShards(locations, self.hparams.storage_options, default_chunk_cache())
-        except FileNotFoundError as err:  # only records_url gets here: a local folder was checked by read_meta
-            raise FileNotFoundError(
-                f"{err}; datamodule.records_url={self.hparams.records_url!r} lacks a split of these settings: write "
-                f"it once without records_url (into {self.cache_dir}) and copy that folder there"
-            ) from err
+        return open_splits(locations, self.hparams.storage_options, self.hparams.records_url, self.cache_dir)
 
     # -- loaders --
 
