@@ -306,3 +306,9 @@ def test_checkpoints_record_their_layout_and_a_newer_one_is_refused_by_name(tmp_
     torch.save(ckpt | {"hyper_parameters": FLAT_GNN, HPARAMS_LAYOUT_KEY: 1}, tmp_path / "flat.ckpt")
     loaded = GNNRetrieverModule.load_from_checkpoint(tmp_path / "flat.ckpt")  # layout 1 saved with its key
     assert loaded.config == GNNConfig(**GNN_DIMS, use_node_features=True) and same_weights(loaded, module)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -0.5, "0.3", True])
+def test_a_loss_weight_that_is_not_a_finite_number_at_least_zero_is_refused(value):
+    with pytest.raises(ValueError, match=r"model.loss.bce_weight=.*: must be a finite number >= 0"):
+        GNNRetrieverModule(loss={"bce_weight": value})
