@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -40,6 +42,19 @@ class ResumeProbe(Callback):
         record = {"global_step": trainer.global_step, "best_model_score": [float(b) for b in best if b is not None]}
         with open(self.path, "w") as f:
             json.dump(record, f)
+
+
+class SigtermAfterStep(Callback):
+    """A scheduler's preemption at a chosen step, for a job run as a subprocess
+    (``+callbacks.stop._target_=stand_ins.SigtermAfterStep +callbacks.stop.step=N``): the job sends itself
+    SIGTERM after training step ``step`` (-1: never), so Lightning's own handler stops it at the next batch."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def frozen_demo(tiny: str, tmp: Path, *extra: str) -> list[str]:

@@ -7,6 +7,7 @@ resumable checkpoint and exits 143, not 0, so the scheduler requeues it; the sam
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -128,3 +129,47 @@ def test_slurm_requeue_signal_saves_and_requeues(job, tmp_path):
     proc.send_signal(signal.SIGTERM)  # what SLURM sends when it requeues the job
     assert proc.wait(timeout=300) == PREEMPTED_EXIT_CODE
     resume_and_check(job, tmp_path, Path(resume_checkpoint(folder)), slurm)  # the newer of last.ckpt, hpc_ckpt_1
+
+
+def logged_losses(folder: Path) -> list[tuple[int, float]]:
+    """(step, train/loss) of every logged step of the CSV logs under ``folder``, in step order."""
+    rows = [r for path in folder.glob("outputs/**/csv/version_*/metrics.csv") for r in csv.DictReader(path.open())]
+    return sorted((int(r["step"]), float(r["train/loss"])) for r in rows if r.get("train/loss"))
+
+
+@pytest.mark.parametrize("store", ["memory", "litdata"])
+def test_a_job_stopped_mid_epoch_resumes_as_if_never_stopped(store, glmrag_cache, tmp_path):
+    """``python train.py`` as a user runs it, stopped by SIGTERM in the middle of its second epoch and started
+    again with ``ckpt_path=last``: every training step's loss, and the evaluation filed at the end, are the
+    uninterrupted job's. The demo's per-step schedule makes Lightning build the training loader before it
+    restores the checkpoint (:func:`glmrag.models.resumable.load_pending_loader_state`)."""
+    per_epoch = 6  # data.limit=12 at batch size 2
+    stop = per_epoch + per_epoch // 2
+    env = os.environ | {"GLMRAG_CACHE_DIR": str(glmrag_cache), "PYTHONPATH": str(ROOT / "tests")}
+    # same overrides in every run of one folder (the resumed command is the stopped one + ckpt_path=last)
+    job = [*JOB, "data.limit=12", "datamodule.batch_size=2", "trainer.max_epochs=2", "trainer.log_every_n_steps=1"]
+    job += [f"datamodule.store={store}", "+callbacks.stop._target_=stand_ins.SigtermAfterStep"]
+
+    def run(folder: Path, *overrides: str) -> int:
+        folder.mkdir(exist_ok=True)
+        if not (folder / "train.py").exists():
+            (folder / "train.py").symlink_to(ROOT / "train.py")
+        command = [sys.executable, "train.py", *job, *overrides]
+        done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode in (0, PREEMPTED_EXIT_CODE), done.stderr[-4000:]
+        return done.returncode
+
+    assert run(tmp_path / "whole", "+callbacks.stop.step=-1") == 0
+    whole = logged_losses(tmp_path / "whole")
+    assert [s for s, _ in whole] == list(range(2 * per_epoch))
+    stopped = tmp_path / "stopped"
+    assert run(stopped, f"+callbacks.stop.step={stop}") == PREEMPTED_EXIT_CODE
+    assert [s for s, _ in logged_losses(stopped)] == list(range(stop))
+    assert run(stopped, f"+callbacks.stop.step={stop}", "ckpt_path=last") == 0
+    assert logged_losses(stopped) == whole  # exactly, step by step: the same batches, weights and schedule
+
+    def filed(folder: Path) -> dict:
+        (path,) = folder.glob("results/adhoc/*/metrics.json")
+        return json.loads(path.read_text())["overall"]
+
+    assert filed(stopped) == filed(tmp_path / "whole")

@@ -88,10 +88,31 @@ class ResumableLoader(DataLoader):
         return {"epoch": int(self.sampler.epoch), "batches": int(self.trained()) if self.trained is not None else 0}
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
-        """Skip the trained batches of the saved epoch in the next pass (Lightning calls this before it iterates)."""
+        """Skip the trained batches of the saved epoch in the next pass, and be in that epoch already: Lightning
+        calls this, then creates the iterator (whose workers start prefetching), and only then ``set_epoch``."""
         if set(state_dict) != {"epoch", "batches"}:
             raise ValueError(f"a training loader state is {{'epoch', 'batches'}}, the checkpoint holds {state_dict}")
+        self.sampler.set_epoch(state_dict["epoch"])
         self.sampler.resume_at(state_dict["epoch"], state_dict["batches"])
+
+
+def load_pending_loader_state(trainer: Any) -> bool:
+    """Hand a resumed fit's training loader its saved state when Lightning has not; True if it had not.
+
+    Lightning loads the saved loader state when the fit loop builds the training loader, after it restored the
+    checkpoint. A module whose ``configure_optimizers`` asks ``trainer.estimated_stepping_batches`` (a
+    :class:`~glmrag.models.retriever_module.StepSchedule`) makes it build the loader earlier, before the restore,
+    and then the state is kept but never loaded: the resumed epoch starts again at its first batch
+    (Lightning-AI/pytorch-lightning#20550, open in 2.6). Called at ``on_train_start``, after the restore and
+    before the first batch, this loads the state and makes the fit loop's iterator anew, as the fit loop does
+    itself when it builds the loader after the restore.
+    """
+    fit_loop = trainer.fit_loop
+    if not (fit_loop.restarting and getattr(fit_loop, "_combined_loader_states_to_load", None)):
+        return False
+    fit_loop._load_combined_loader_states()
+    iter(fit_loop._data_fetcher)
+    return True
 
 
 def trained_batches(trainer: Any) -> Callable[[], int]:

@@ -43,7 +43,12 @@ from glmrag.models.checkpointing import (
 )
 from glmrag.models.kg_datamodule import settings_from
 from glmrag.models.kg_source import KGSource
-from glmrag.models.resumable import RANDOM_STREAMS_KEY, random_streams, restore_random_streams
+from glmrag.models.resumable import (
+    RANDOM_STREAMS_KEY,
+    load_pending_loader_state,
+    random_streams,
+    restore_random_streams,
+)
 from glmrag.nn.prior import PriorSettings
 
 log = logging.getLogger(__name__)
@@ -314,8 +319,11 @@ class RetrieverModule(LightningModule, ABC):
         self._saved_streams = checkpoint.get(RANDOM_STREAMS_KEY)
 
     def on_train_start(self) -> None:
-        """A fit resumed from a checkpoint: every rank takes back its random states of the saved step, so dropout
-        draws what the uninterrupted run drew (:mod:`glmrag.models.resumable`)."""
+        """A fit resumed from a checkpoint: the training loader starts at the saved batch (also when
+        :meth:`configure_optimizers` had Lightning build it before the restore), and every rank takes back its
+        random states of the saved step, so dropout draws what the uninterrupted run drew
+        (:mod:`glmrag.models.resumable`)."""
+        load_pending_loader_state(self.trainer)
         streams, self._saved_streams = getattr(self, "_saved_streams", None), None
         if streams and self.trainer.ckpt_path:
             restore_random_streams(streams, self.global_rank)

@@ -29,6 +29,7 @@ from glmrag.models.gnn_module import GNNRetrieverModule
 from glmrag.models.kg_sampler import KGBatchSampler
 from glmrag.models.preemption import PreemptionCheckpoint
 from glmrag.models.resumable import RANDOM_STREAMS_KEY, ResumableLoader
+from glmrag.models.retriever_module import StepSchedule, warmup_cosine
 from glmrag.models.subgraph_data import SubgraphDataModule
 
 T5_DROPOUT = {"d_model": 32, "d_ff": 64, "num_layers": 2, "num_heads": 4, "d_kv": 8, "dropout_rate": 0.1}
@@ -87,12 +88,30 @@ def glm_chunk_parts(index_config, cache_dir):
     return glm_parts(index_config, cache_dir / "chunks", store="litdata")
 
 
-def gnn_parts(index_config, cache_dir, **store):
+def gnn_parts(index_config, cache_dir, scheduler=None, **store):
     dm = KGQADataModule("musique_tiny", index=index_config(), batch_size=2, seed=3, **store)
     model = GNNRetrieverModule(
-        gnn={"hidden_channels": 8, "num_layers": 1}, optimizer=partial(torch.optim.AdamW, lr=5e-3), kgs=dm
+        gnn={"hidden_channels": 8, "num_layers": 1},
+        optimizer=partial(torch.optim.AdamW, lr=5e-3),
+        scheduler=scheduler,
+        kgs=dm,
     )
     return dm, model
+
+
+def gnn_step_schedule_parts(index_config, cache_dir, **store):
+    """:func:`gnn_parts` with a per-step schedule, as ``experiment=demo``: ``configure_optimizers`` asks
+    ``trainer.estimated_stepping_batches``, so Lightning builds the training loader before it restores the
+    checkpoint (Lightning-AI/pytorch-lightning#20550; :func:`~glmrag.models.resumable.load_pending_loader_state`)."""
+    return gnn_parts(index_config, cache_dir, scheduler=StepSchedule(partial(warmup_cosine)), **store)
+
+
+def gnn_step_schedule_worker_parts(index_config, cache_dir):
+    """:func:`gnn_step_schedule_parts` with the records in chunks, read by a DataLoader worker that starts
+    prefetching when its iterator is made, before Lightning's ``set_epoch``."""
+    return gnn_step_schedule_parts(
+        index_config, cache_dir, store="litdata", records_dir=str(cache_dir / "gnn_chunks"), num_workers=1
+    )
 
 
 def gnn_chunk_parts(index_config, cache_dir):
@@ -106,7 +125,9 @@ def subgraphs(tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "parts", [glm_parts, glm_chunk_parts, gnn_parts, gnn_chunk_parts], ids=["glm", "glm_litdata", "gnn", "gnn_litdata"]
+    "parts",
+    [glm_parts, glm_chunk_parts, gnn_parts, gnn_chunk_parts, gnn_step_schedule_parts, gnn_step_schedule_worker_parts],
+    ids=["glm", "glm_litdata", "gnn", "gnn_litdata", "gnn_step_schedule", "gnn_step_schedule_worker"],
 )
 def test_sigterm_mid_epoch_then_resume_repeats_the_uninterrupted_run(
     parts, index_config, subgraphs, cpu_trainer, tmp_path
