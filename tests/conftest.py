@@ -10,7 +10,7 @@ import os
 import pytest
 
 from glmrag.index.synthetic import build_kg, random_kg
-from glmrag.jobs import config_path  # noqa: F401  (registers the ${glmrag_cache:} resolver the configs use)
+from glmrag.jobs import config_path  # noqa: F401  (registers the resolvers and the schemas the configs use)
 
 IMPLIES_SLOW = ("llm", "integration")
 """Markers whose tests count as ``slow`` in ``-m`` expressions (see the module docstring)."""

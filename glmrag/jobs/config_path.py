@@ -127,3 +127,8 @@ if not OmegaConf.has_resolver("glmrag_const"):
 # Configs name cache folders as ${glmrag_cache:indexes}: $GLMRAG_CACHE_DIR (or ~/.cache/glmrag) / indexes.
 if not OmegaConf.has_resolver("glmrag_cache"):
     OmegaConf.register_new_resolver("glmrag_cache", lambda sub="": str(cache_root() / sub))
+
+# configs/model/*.yaml type their settings nodes with the schemas of group "schema" (glmrag/jobs/schemas.py)
+from glmrag.jobs import schemas  # noqa: E402 (registered after the resolvers, as the configs need both)
+
+schemas.register()

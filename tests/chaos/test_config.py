@@ -85,7 +85,7 @@ MEANINGLESS = [  # issue 22 probes 70-78: typed right, meaning nothing
     ("train", "datamodule.limit=0", r"datamodule.limit=0: must be an integer >= 1 or null"),
     ("train", "model.subgraph.max_triplets=0", r"model.subgraph.max_triplets=0: must be an integer >= 1 or null"),
     ("train", "model.subgraph.max_hops=0", r"model.subgraph.max_hops=0: must be an integer >= 1"),
-    ("train", "model.loss.bce_weight=-5", r"model.loss.bce_weight=-5: must be a finite number >= 0"),
+    ("train", "model.loss.bce_weight=-5", r"model.loss.bce_weight=-5.0: must be a finite number >= 0"),
     ("train", "model.loss.bce_weight=0 model.loss.listce_weight=0", r"are all 0: nothing would be trained"),
     ("train", "experiment=glm_demo model.subgraph.max_triplets=0", r"model.subgraph.max_triplets=0"),
 ]
@@ -101,7 +101,7 @@ MEANINGLESS += [  # issue 37 probes 13-15: values that are not numbers, or not s
     ("train", "datamodule.batch_size=0", r"datamodule.batch_size=0: must be an integer >= 1"),
     ("train", "model.gnn.num_layers=1000000", r"model.gnn.num_layers=1000000: above the sanity bound 64"),
     ("train", "experiment=glm_demo model.lr.head=nan", r"model.lr.head=nan: must be a finite number"),
-    ("train", "experiment=glm_demo model.lr.backbone=-1", r"model.lr.backbone=-1: must be a finite number >= 0"),
+    ("train", "experiment=glm_demo model.lr.backbone=-1", r"model.lr.backbone=-1.0: must be a finite number >= 0"),
     ("eval", "+retriever.dense.anything=-inf", r"retriever.dense.anything=-inf: must be a finite number"),
 ]
 

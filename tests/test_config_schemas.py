@@ -1,0 +1,87 @@
+"""The model configs' settings nodes are Hydra structured configs (``glmrag/jobs/schemas.py``): composition itself
+refuses a key that is not a field or a value of the wrong type, with Hydra's message naming the key; each schema
+is its settings dataclass's twin, so composing fills in exactly what the module would."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from glmrag.jobs.config_path import config_dir
+from glmrag.jobs.schemas import SCHEMAS
+from glmrag.models.glm_module import GLMRetrieverModule
+from glmrag.models.gnn_module import GNNRetrieverModule
+
+REFUSED = [
+    ("experiment=demo", "model.gnn.hiden_channels=8", r"Key 'hiden_channels' not in 'GNNSchema'"),
+    (
+        "experiment=demo",
+        "model.gnn.hidden_channels=wide",
+        r"Value 'wide' of type 'str' could not be converted to Integer",
+    ),
+    ("experiment=demo", "model.gnn.use_node_features=maybe", r"Value 'maybe' is not a valid bool"),
+    ("experiment=demo", "model.loss.bce_weigth=0.5", r"Key 'bce_weigth' not in 'LossSchema'"),
+    ("experiment=demo", "model.kgc.num_negatives=many", r"could not be converted to Integer"),
+    ("experiment=demo", "model.evaluation.ks=[1,two]", r"Value 'two' of type 'str' could not be converted to Integer"),
+    ("experiment=demo", "model.subgraph.layout=linear", r"Key 'layout' not in 'GNNSubgraphSchema'"),
+    ("experiment=glm_demo", "model.glm.t5_confg={}", r"Key 't5_confg' not in 'GLMSchema'"),
+    ("experiment=glm_demo", "model.lr.head=fast", r"Value 'fast' of type 'str' could not be converted to Float"),
+    ("experiment=glm_demo", "model.subgraph.max_triplets=null", r"field 'model.subgraph.max_triplets' is not Optional"),
+    ("experiment=glm_demo", "model.subgraph.precompute=true", r"Key 'precompute' not in 'GLMSubgraphSchema'"),
+]
+
+
+def composed(*overrides: str):
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+@pytest.mark.parametrize(("experiment", "override", "message"), REFUSED, ids=[c[1] for c in REFUSED])
+def test_composition_refuses_an_unknown_key_or_a_wrong_type(experiment, override, message):
+    with pytest.raises(ConfigCompositionException) as refused:
+        composed(experiment, override)
+    text = f"{refused.value}\n{refused.value.__cause__}"  # Hydra's message, then OmegaConf's it wraps
+    assert re.search(message, text), text
+    assert f"full_key: {override.split('=')[0]}" in text  # the key, spelled as the override spells it
+
+
+def test_values_of_the_right_type_are_converted_and_kept():
+    cfg = composed("experiment=demo", "model.gnn.hidden_channels=32", "model.loss.bce_weight=1", "model.gnn.dropout=0")
+    assert cfg.model.gnn.hidden_channels == 32 and cfg.model.loss.bce_weight == 1.0
+    assert isinstance(cfg.model.loss.bce_weight, float) and isinstance(cfg.model.gnn.dropout, float)
+    glm = composed("experiment=glm_demo", "model.glm.frozen_layers=2")
+    assert glm.model.glm.frozen_layers == 2 and glm.model.glm.t5_config["d_model"] == 128  # a free-form dict
+
+
+@pytest.mark.parametrize("module", [GNNRetrieverModule, GLMRetrieverModule])
+def test_each_schema_fills_in_what_the_module_would(module):
+    """A node left empty composes to the schema's defaults, which the module reads as its own defaults."""
+    names = {
+        GNNRetrieverModule: {"gnn": "gnn", "subgraph": "gnn_subgraph", "kgc": "kgc", "loss": "loss"},
+        GLMRetrieverModule: {"glm": "glm", "subgraph": "glm_subgraph", "loss": "glm_loss", "lr": "lr"},
+    }[module]
+    names["evaluation"] = "evaluation"
+    for node, schema in names.items():
+        filled = OmegaConf.to_container(OmegaConf.structured(SCHEMAS[schema]))
+        assert module.SETTINGS[node](filled) == module.SETTINGS[node](None), node
+        # every field a module reads has a schema key, and no other
+        converted = module.SETTINGS[node](None)
+        if converted is not None:
+            own = {f.name for f in dataclasses.fields(converted)}
+            assert set(filled) <= own and (set(filled) == own or schema.endswith("subgraph")), node
+
+
+def test_every_model_config_types_its_settings_nodes():
+    """Both model configs put a schema under each settings node (a new node without one would go unchecked)."""
+    for experiment, nodes in (
+        ("experiment=demo", ("gnn", "subgraph", "kgc", "loss", "evaluation")),
+        ("experiment=glm_demo", ("glm", "subgraph", "loss", "lr", "evaluation")),
+    ):
+        cfg = composed(experiment)
+        for node in nodes:
+            assert OmegaConf.get_type(cfg.model, node) in SCHEMAS.values(), (experiment, node)
