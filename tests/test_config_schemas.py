@@ -10,8 +10,10 @@ import re
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
+from hydra.utils import get_class
 from omegaconf import OmegaConf
 
+from glmrag.io import plain_container
 from glmrag.jobs.config_path import config_dir
 from glmrag.jobs.schemas import SCHEMAS
 from glmrag.models.glm_module import GLMRetrieverModule
@@ -85,3 +87,26 @@ def test_every_model_config_types_its_settings_nodes():
         cfg = composed(experiment)
         for node in nodes:
             assert OmegaConf.get_type(cfg.model, node) in SCHEMAS.values(), (experiment, node)
+
+
+HPARAMS_OF_NODE = ("_target_", "optimizer", "scheduler")
+"""Keys of a model node that are not hyper-parameters: the class, and the factories a checkpoint cannot hold."""
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["experiment=demo_prior"],
+        ["experiment=demo", "model.subgraph.max_triplets=300"],
+        ["experiment=gfm_rag"],
+        ["experiment=glm_demo"],
+    ],
+    ids=["demo_prior", "gnn_subgraph", "gfm_rag", "glm_demo"],
+)
+def test_a_modules_hyper_parameters_are_its_config_node(overrides, tmp_path):
+    """What a checkpoint saves as hyper-parameters is the composed ``model`` node itself (its settings nodes
+    complete, thanks to the schemas), less the class and the optimizer and scheduler factories."""
+    cfg = composed(*overrides, f"output_dir={tmp_path}")
+    node = {k: v for k, v in plain_container(cfg.model).items() if k not in HPARAMS_OF_NODE}
+    module = get_class(cfg.model._target_)(**node)
+    assert plain_container(dict(module.hparams)) == node

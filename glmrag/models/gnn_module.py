@@ -28,7 +28,7 @@ from glmrag.graph.subgraph import MAX_HOPS, Subgraph, select_subgraph
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.index.ranking import rank_passages
-from glmrag.io import load_checkpoint_dict
+from glmrag.io import load_checkpoint_dict, plain_container
 from glmrag.models.glm_inputs import SubgraphSettings
 from glmrag.models.kg_source import GraphSource, source_settings
 from glmrag.models.losses import gfm_rag_loss, passage_list_ce
@@ -86,6 +86,13 @@ def gnn_subgraph(value: SubgraphSettings | Mapping[str, Any] | None) -> Subgraph
         SubgraphSettings.check_budget("max_hops", value.get("max_hops", MAX_HOPS))
         return None
     return typed_settings(SubgraphSettings, value, "model.subgraph")
+
+
+def whole_kg_node(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``model.subgraph`` node of a GNN that reads the whole KG, every field filled in as its schema fills it
+    (``max_triplets`` null; ``max_hops`` and ``seed`` as given, unused): what its checkpoint saves."""
+    given = plain_container(value) if value is not None else {}
+    return {"max_hops": MAX_HOPS, "max_triplets": None, "seed": SubgraphSettings.seed} | given
 
 
 def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
@@ -186,7 +193,7 @@ class GNNRetrieverModule(RetrieverModule):
         self.save_hyperparameters(
             {
                 "gnn": asdict(config),
-                "subgraph": {"max_triplets": None}
+                "subgraph": whole_kg_node(subgraph)
                 if whole_kg
                 else {name: getattr(restriction, name) for name in GNN_SUBGRAPH_FIELDS},
                 "loss": asdict(self.loss_weights),
