@@ -45,9 +45,9 @@ class ResumeProbe(Callback):
 
 
 class SigtermAfterStep(Callback):
-    """A scheduler's preemption at a chosen step, for a job run as a subprocess
-    (``+callbacks.stop._target_=stand_ins.SigtermAfterStep +callbacks.stop.step=N``): the job sends itself
-    SIGTERM after training step ``step`` (-1: never), so Lightning's own handler stops it at the next batch."""
+    """A scheduler's preemption at a chosen step: the process sends itself SIGTERM after training step ``step``
+    (-1: never), so Lightning's own handler stops it at the next batch. In a Trainer's callbacks, or in a job run
+    as a subprocess (``+callbacks.stop._target_=stand_ins.SigtermAfterStep +callbacks.stop.step=N``)."""
 
     def __init__(self, step: int) -> None:
         self.step = step

@@ -8,13 +8,11 @@ import dataclasses
 import re
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from glmrag.io import plain_container
-from glmrag.jobs.config_path import config_dir
 from glmrag.jobs.schemas import SCHEMAS
 from glmrag.models.glm_module import GLMRetrieverModule
 from glmrag.models.gnn_module import GNNRetrieverModule
@@ -38,25 +36,22 @@ REFUSED = [
 ]
 
 
-def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        return compose(config_name="train", overrides=list(overrides))
-
-
 @pytest.mark.parametrize(("experiment", "override", "message"), REFUSED, ids=[c[1] for c in REFUSED])
-def test_composition_refuses_an_unknown_key_or_a_wrong_type(experiment, override, message):
+def test_composition_refuses_an_unknown_key_or_a_wrong_type(experiment, override, message, train_config):
     with pytest.raises(ConfigCompositionException) as refused:
-        composed(experiment, override)
+        train_config([experiment, override])
     text = f"{refused.value}\n{refused.value.__cause__}"  # Hydra's message, then OmegaConf's it wraps
     assert re.search(message, text), text
     assert f"full_key: {override.split('=')[0]}" in text  # the key, spelled as the override spells it
 
 
-def test_values_of_the_right_type_are_converted_and_kept():
-    cfg = composed("experiment=demo", "model.gnn.hidden_channels=32", "model.loss.bce_weight=1", "model.gnn.dropout=0")
+def test_values_of_the_right_type_are_converted_and_kept(train_config):
+    cfg = train_config(
+        ["experiment=demo", "model.gnn.hidden_channels=32", "model.loss.bce_weight=1", "model.gnn.dropout=0"]
+    )
     assert cfg.model.gnn.hidden_channels == 32 and cfg.model.loss.bce_weight == 1.0
     assert isinstance(cfg.model.loss.bce_weight, float) and isinstance(cfg.model.gnn.dropout, float)
-    glm = composed("experiment=glm_demo", "model.glm.frozen_layers=2")
+    glm = train_config(["experiment=glm_demo", "model.glm.frozen_layers=2"])
     assert glm.model.glm.frozen_layers == 2 and glm.model.glm.t5_config["d_model"] == 128  # a free-form dict
 
 
@@ -78,13 +73,13 @@ def test_each_schema_fills_in_what_the_module_would(module):
             assert set(filled) <= own and (set(filled) == own or schema.endswith("subgraph")), node
 
 
-def test_every_model_config_types_its_settings_nodes():
+def test_every_model_config_types_its_settings_nodes(train_config):
     """Both model configs put a schema under each settings node (a new node without one would go unchecked)."""
     for experiment, nodes in (
         ("experiment=demo", ("gnn", "subgraph", "kgc", "loss", "evaluation")),
         ("experiment=glm_demo", ("glm", "subgraph", "loss", "lr", "evaluation")),
     ):
-        cfg = composed(experiment)
+        cfg = train_config([experiment])
         for node in nodes:
             assert OmegaConf.get_type(cfg.model, node) in SCHEMAS.values(), (experiment, node)
 
@@ -103,10 +98,10 @@ HPARAMS_OF_NODE = ("_target_", "optimizer", "scheduler")
     ],
     ids=["demo_prior", "gnn_subgraph", "gfm_rag", "glm_demo"],
 )
-def test_a_modules_hyper_parameters_are_its_config_node(overrides, tmp_path):
+def test_a_modules_hyper_parameters_are_its_config_node(overrides, train_config):
     """What a checkpoint saves as hyper-parameters is the composed ``model`` node itself (its settings nodes
     complete, thanks to the schemas), less the class and the optimizer and scheduler factories."""
-    cfg = composed(*overrides, f"output_dir={tmp_path}")
+    cfg = train_config(overrides)
     node = {k: v for k, v in plain_container(cfg.model).items() if k not in HPARAMS_OF_NODE}
     module = get_class(cfg.model._target_)(**node)
     assert plain_container(dict(module.hparams)) == node

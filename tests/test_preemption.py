@@ -50,15 +50,18 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def job(glmrag_cache, tmp_path):
-    """``job(overrides, env=None) -> Popen``: ``python train.py`` with :data:`JOB` and ``overrides`` in ``tmp_path``."""
-    (tmp_path / "train.py").symlink_to(ROOT / "train.py")
+    """``job(overrides, env=None, folder=tmp_path) -> Popen``: ``python train.py`` with :data:`JOB` and
+    ``overrides`` in ``folder``, its output in ``folder/job<n>.log``."""
     base = {n: v for n, v in os.environ.items() if not n.startswith("SLURM_")}
-    base |= {"GLMRAG_CACHE_DIR": str(glmrag_cache), "PYTHONPATH": str(ROOT / "tests")}  # stand_ins.ResumeProbe
+    base |= {"GLMRAG_CACHE_DIR": str(glmrag_cache), "PYTHONPATH": str(ROOT / "tests")}  # stand_ins' callbacks
 
-    def start(overrides: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-        log = open(tmp_path / f"job{len(list(tmp_path.glob('job*.log')))}.log", "w")  # noqa: SIM115
+    def start(overrides: list[str], env: dict[str, str] | None = None, folder: Path = tmp_path) -> subprocess.Popen:
+        folder.mkdir(exist_ok=True)
+        if not (folder / "train.py").exists():
+            (folder / "train.py").symlink_to(ROOT / "train.py")
+        log = open(folder / f"job{len(list(folder.glob('job*.log')))}.log", "w")  # noqa: SIM115
         command = [sys.executable, "train.py", *JOB, *overrides]
-        return subprocess.Popen(command, cwd=tmp_path, env=base | (env or {}), stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(command, cwd=folder, env=base | (env or {}), stdout=log, stderr=subprocess.STDOUT)
 
     return start
 
@@ -138,26 +141,22 @@ def logged_losses(folder: Path) -> list[tuple[int, float]]:
 
 
 @pytest.mark.parametrize("store", ["memory", "litdata"])
-def test_a_job_stopped_mid_epoch_resumes_as_if_never_stopped(store, glmrag_cache, tmp_path):
+def test_a_job_stopped_mid_epoch_resumes_as_if_never_stopped(store, job, tmp_path):
     """``python train.py`` as a user runs it, stopped by SIGTERM in the middle of its second epoch and started
     again with ``ckpt_path=last``: every training step's loss, and the evaluation filed at the end, are the
     uninterrupted job's. The demo's per-step schedule makes Lightning build the training loader before it
     restores the checkpoint (:func:`glmrag.models.resumable.load_pending_loader_state`)."""
     per_epoch = 6  # data.limit=12 at batch size 2
     stop = per_epoch + per_epoch // 2
-    env = os.environ | {"GLMRAG_CACHE_DIR": str(glmrag_cache), "PYTHONPATH": str(ROOT / "tests")}
     # same overrides in every run of one folder (the resumed command is the stopped one + ckpt_path=last)
-    job = [*JOB, "data.limit=12", "datamodule.batch_size=2", "trainer.max_epochs=2", "trainer.log_every_n_steps=1"]
-    job += [f"datamodule.store={store}", "+callbacks.stop._target_=stand_ins.SigtermAfterStep"]
+    same = ["data.limit=12", "datamodule.batch_size=2", "trainer.max_epochs=2", "trainer.log_every_n_steps=1"]
+    same += [f"datamodule.store={store}", "+callbacks.stop._target_=stand_ins.SigtermAfterStep"]
 
     def run(folder: Path, *overrides: str) -> int:
-        folder.mkdir(exist_ok=True)
-        if not (folder / "train.py").exists():
-            (folder / "train.py").symlink_to(ROOT / "train.py")
-        command = [sys.executable, "train.py", *job, *overrides]
-        done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=900)
-        assert done.returncode in (0, PREEMPTED_EXIT_CODE), done.stderr[-4000:]
-        return done.returncode
+        code = job([*same, *overrides], folder=folder).wait(timeout=900)
+        log = sorted(folder.glob("job*.log"))[-1]
+        assert code in (0, PREEMPTED_EXIT_CODE), log.read_text()[-4000:]
+        return code
 
     assert run(tmp_path / "whole", "+callbacks.stop.step=-1") == 0
     whole = logged_losses(tmp_path / "whole")

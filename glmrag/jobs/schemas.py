@@ -70,24 +70,12 @@ def schema_of(
         hint = hydra_type(hints[field.name])
         if field.name in optional:
             hint = Optional[hint]  # noqa: UP045
-        if field.name in own:
-            default = own[field.name]
-        elif field.default is not dataclasses.MISSING:
-            default = field.default
-        else:
-            default = field.default_factory()  # type: ignore[misc]
-        spec = dataclasses.field(default_factory=lambda d=default: d) if isinstance(default, dict) else default
-        specs.append(
-            (field.name, hint, spec if isinstance(spec, dataclasses.Field) else dataclasses.field(default=spec))
-        )
+        default = own.get(field.name, field.default)  # the settings dataclasses have no default factories
+        specs.append((field.name, hint, dataclasses.field(default=default)))
     schema = dataclasses.make_dataclass(name, specs)
     schema.__module__ = __name__
     schema.__doc__ = f"The schema of a :class:`{settings.__module__}.{settings.__qualname__}` config node."
     return schema
-
-
-def _loss_defaults(weights: LossWeights) -> dict[str, Any]:
-    return {f.name: getattr(weights, f.name) for f in dataclasses.fields(weights)}
 
 
 SCHEMAS: dict[str, type] = {
@@ -101,7 +89,7 @@ SCHEMAS: dict[str, type] = {
     ),
     "kgc": schema_of(KGCSettings, "KGCSchema"),
     "loss": schema_of(LossWeights, "LossSchema"),
-    "glm_loss": schema_of(LossWeights, "GLMLossSchema", defaults=_loss_defaults(GLM_LOSS)),
+    "glm_loss": schema_of(LossWeights, "GLMLossSchema", defaults=dataclasses.asdict(GLM_LOSS)),
     "evaluation": schema_of(Evaluation, "EvaluationSchema"),
     "glm": schema_of(GLMConfig, "GLMSchema"),
     "glm_subgraph": schema_of(SubgraphSettings, "GLMSubgraphSchema", only=SUBGRAPH_FIELDS),

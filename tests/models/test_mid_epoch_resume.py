@@ -9,8 +9,6 @@ validation metrics. Lightning's own warning for a loader it cannot resume must n
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import warnings
@@ -21,6 +19,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from stand_ins import SigtermAfterStep
 
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.models.glm_module import GLMRetrieverModule
@@ -47,17 +46,6 @@ class StepLosses(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.losses.append((trainer.global_step, float(outputs["loss"])))
-
-
-class SigtermAt(Callback):
-    """Send this process SIGTERM after global step ``step``, as a scheduler preempting the job does."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def glm_parts(index_config, cache_dir, **storage):
@@ -136,7 +124,7 @@ def test_sigterm_mid_epoch_then_resume_repeats_the_uninterrupted_run(
         L.seed_everything(0, workers=True)
         dm, model = parts(index_config, subgraphs)
         losses = StepLosses()
-        callbacks = [losses, PreemptionCheckpoint(folder)] + ([SigtermAt(stop_at)] if stop_at else [])
+        callbacks = [losses, PreemptionCheckpoint(folder)] + ([SigtermAfterStep(stop_at)] if stop_at else [])
         trainer = cpu_trainer(max_epochs=2, default_root_dir=folder, enable_checkpointing=False, callbacks=callbacks)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
