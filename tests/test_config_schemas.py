@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 
 import pytest
+import torch
 from hydra.errors import ConfigCompositionException
-from hydra.utils import get_class
+from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
 from glmrag.io import plain_container
-from glmrag.jobs.schemas import SCHEMAS
+from glmrag.jobs.schemas import NODE_SCHEMAS, SCHEMAS
 from glmrag.models.glm_module import GLMRetrieverModule
 from glmrag.models.gnn_module import GNNRetrieverModule
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 REFUSED = [
     ("experiment=demo", "model.gnn.hiden_channels=8", r"Key 'hiden_channels' not in 'GNNSchema'"),
@@ -33,6 +37,18 @@ REFUSED = [
     ("experiment=glm_demo", "model.lr.head=fast", r"Value 'fast' of type 'str' could not be converted to Float"),
     ("experiment=glm_demo", "model.subgraph.max_triplets=null", r"field 'model.subgraph.max_triplets' is not Optional"),
     ("experiment=glm_demo", "model.subgraph.precompute=true", r"Key 'precompute' not in 'GLMSubgraphSchema'"),
+    ("experiment=demo", "model.stag=kgc", r"Key 'stag' not in 'GNNRetrieverModuleSchema'"),
+    ("experiment=glm_demo", "model.embed_modle=x", r"Key 'embed_modle' not in 'GLMRetrieverModuleSchema'"),
+    ("experiment=demo", "datamodule.batch_size=abc", r"Value 'abc' of type 'str' could not be converted to Integer"),
+    ("experiment=demo", "datamodule.batchsize=3", r"Key 'batchsize' not in 'KGQADataModuleSchema'"),
+    (
+        "experiment=demo",
+        "datamodule.train_fraction=half",
+        r"Value 'half' of type 'str' could not be converted",
+    ),
+    ("experiment=glm_demo", "datamodule.shard_sise=8", r"Key 'shard_sise' not in 'SubgraphDataModuleSchema'"),
+    ("experiment=glm_demo", "datamodule.subgraph.max_hopz=2", r"Key 'max_hopz' not in 'SubgraphDataSchema'"),
+    ("experiment=glm_demo", "datamodule.subgraph.precompute=maybe", r"Value 'maybe' is not a valid bool"),
 ]
 
 
@@ -105,3 +121,28 @@ def test_a_modules_hyper_parameters_are_its_config_node(overrides, train_config)
     node = {k: v for k, v in plain_container(cfg.model).items() if k not in HPARAMS_OF_NODE}
     module = get_class(cfg.model._target_)(**node)
     assert plain_container(dict(module.hparams)) == node
+
+
+def test_every_experiment_types_its_model_and_datamodule_nodes(train_config):
+    """Each config of ``configs/experiment`` composes its ``model`` and ``datamodule`` as the schema of the class
+    it instantiates: no key outside the constructor's arguments, no value of another type."""
+    by_target = {schema._target_: schema for schema in NODE_SCHEMAS.values()}
+    for experiment in sorted(CONFIGS.glob("experiment/*.yaml")):
+        cfg = train_config([f"experiment={experiment.stem}"])
+        for node in ("model", "datamodule"):
+            assert OmegaConf.get_type(cfg, node) is by_target[cfg[node]._target_], (experiment.stem, node)
+
+
+@pytest.mark.parametrize("name", ["datamodule/kgqa", "datamodule/subgraph"])
+def test_a_datamodule_schema_fills_in_the_constructors_defaults(name):
+    """A DataModule node that sets only what has no default builds the DataModule that Python's defaults build."""
+    node = OmegaConf.structured(NODE_SCHEMAS[name])
+    node.datasets, node.index = ["toy"], {"embed_model": "offline:all-MiniLM-L6-v2"}
+    built = instantiate(node)
+    assert dict(built.hparams) == dict(get_class(node._target_)(datasets=["toy"], index=dict(node.index)).hparams)
+
+
+def test_the_gnn_schema_fills_in_the_modules_defaults():
+    with torch.device("meta"):
+        built = instantiate(OmegaConf.structured(NODE_SCHEMAS["model/gnn"]))
+        assert dict(built.hparams) == dict(GNNRetrieverModule().hparams)

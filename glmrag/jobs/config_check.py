@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 
-from hydra.utils import get_class
+from hydra.errors import InstantiationException
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from glmrag.io import CheckpointPathError, local_checkpoint
@@ -129,16 +130,19 @@ def check_optimizer(cfg: DictConfig) -> None:
         non_negative(cfg, key)
 
 
-DATAMODULE_INTS = {"batch_size": False, "num_workers": True, "shard_size": False}
-"""``datamodule`` integers and whether they may be 0 (``num_workers`` null: chosen from the cores)."""
-
-
 def check_datamodule(cfg: DictConfig) -> None:
-    """``datamodule``'s integers: ``batch_size=abc`` failed in a log format string after the index was built."""
-    for key, zero in DATAMODULE_INTS.items():
-        value = OmegaConf.select(cfg, f"datamodule.{key}", default=None)
-        if value is not None and (not _is_int(value) or value < (0 if zero else 1)):
-            raise ConfigError(f"datamodule.{key}={value!r}: must be an integer >= {0 if zero else 1}")
+    """The ``datamodule`` node built as the job builds it: its argument rules are the constructor's, written once
+    there (``batch_size=0`` failed in a log format string after the index was built); building one reads no
+    data. A ValueError or TypeError of the constructor is a :class:`ConfigError`."""
+    node = cfg.get("datamodule")
+    if not isinstance(node, Mapping) or not isinstance(node.get("_target_"), str):
+        return
+    try:
+        instantiate(node)
+    except InstantiationException as err:
+        if not isinstance(err.__cause__, TypeError | ValueError):
+            raise
+        raise ConfigError(f"{err.__cause__} (datamodule._target_ {node['_target_']})") from err
 
 
 def check_model(cfg: DictConfig) -> None:
@@ -232,7 +236,6 @@ def validate_train_config(cfg: DictConfig) -> None:
         check_checkpoint(cfg.ckpt_path, "ckpt_path")
     if init_from := OmegaConf.select(cfg, "model.init_from", default=None):
         check_checkpoint(init_from, "model.init_from")
-    positive_int(cfg, "datamodule.limit", allow_none=True)
     check_epochs(cfg)
     check_optimizer(cfg)
     check_datamodule(cfg)

@@ -1,20 +1,30 @@
-"""The settings nodes of ``configs/model/*.yaml`` as Hydra structured configs: composition itself refuses a key
-that is not a field, or a value of the wrong type, with Hydra's own message.
+"""The ``model`` and ``datamodule`` nodes of glmrag's configs as Hydra structured configs: composition itself
+refuses a key that is not a field, or a value of the wrong type, with Hydra's own message.
 
-Each node's schema is a plain twin of its settings dataclass: the same fields, types and defaults (the module's
-defaults where they differ, as the GLM's loss weights), so composing fills in what the module would fill in. The
-twins are not the dataclasses themselves: those are frozen, and a frozen structured config makes read-only
-nodes that no experiment or command line could override. The range rules stay on the dataclasses, written
-once (:mod:`glmrag.jobs.config_check` runs them before anything heavy).
+A node's schema follows what builds it. A settings node (``model.gnn``, ``model.loss``, ...) has a plain twin of
+its settings dataclass: the same fields, types and defaults (the module's defaults where they differ, as the
+GLM's loss weights), so composing fills in what the module would fill in. A whole ``model`` or ``datamodule``
+node has the schema of its class's constructor: a field per argument (``_target_`` first), typed with these
+twins where the argument is a settings node, and a DataModule's ``**questions`` are the fields of
+:class:`~glmrag.models.kg_datamodule.QuestionSettings`. ``model.prior`` stays free-form: null by default, it
+would be an ``Optional`` twin, and OmegaConf 2.3 cannot merge a command line's ``model.prior={kind: ppr}`` into a
+typed null node (omry/omegaconf#1360, fixed after 2.3); the module's conversion refuses its unknown keys, in the
+config check before any work.
 
-Hydra's ConfigStore holds the twins as the group ``schema`` (``schema/gnn``, ``schema/glm``, ...), which
-``configs/model/gnn.yaml`` and ``glm.yaml`` put under their nodes in their defaults lists. Importing
+The twins are not the dataclasses themselves: those are frozen, and a frozen structured config makes read-only
+nodes that no experiment or command line could override. The range rules stay on the dataclasses and
+constructors, written once (:mod:`glmrag.jobs.config_check` runs them before anything heavy).
+
+Hydra's ConfigStore holds the node schemas as the groups ``schema/model`` (``gnn``, ``glm``) and
+``schema/datamodule`` (``kgqa``, ``subgraph``), which each ``configs/model/*.yaml`` and
+``configs/datamodule/*.yaml`` lists first in its defaults (``/schema/model@_here_: gnn``). Importing
 :mod:`glmrag.jobs.config_path`, which every composition of glmrag's configs does to find them, registers them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -23,29 +33,35 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 
 from glmrag.models.glm_inputs import SubgraphSettings
-from glmrag.models.glm_module import GLM_LOSS, SUBGRAPH_FIELDS, GLMConfig, LearningRates
-from glmrag.models.gnn_module import GNN_SUBGRAPH_FIELDS, KGCSettings
+from glmrag.models.glm_module import GLM_LOSS, SUBGRAPH_FIELDS, GLMConfig, GLMRetrieverModule, LearningRates
+from glmrag.models.gnn_datamodule import KGQADataModule
+from glmrag.models.gnn_module import GNN_SUBGRAPH_FIELDS, GNNRetrieverModule, KGCSettings
+from glmrag.models.kg_datamodule import QuestionSettings
 from glmrag.models.retriever_module import Evaluation, LossWeights
+from glmrag.models.subgraph_data import SubgraphDataModule
 from glmrag.nn.gnn import GNNConfig
 
 GROUP = "schema"
-"""The ConfigStore group of the schemas: ``configs/model/gnn.yaml`` lists ``/schema@gnn: gnn``."""
+"""The ConfigStore group of the schemas: ``configs/model/gnn.yaml`` lists ``/schema/model@_here_: gnn``."""
+
+PLAIN = (str, int, float, bool)
+"""The leaf types OmegaConf checks."""
 
 
 def hydra_type(hint: Any) -> Any:
-    """``hint`` as OmegaConf spells it: ``X | None`` is ``Optional[X]``, ``tuple[int, ...]`` a ``Tuple``, a dict
-    any value."""
+    """``hint`` as OmegaConf spells it: ``X | None`` is ``Optional[X]``, ``tuple[int, ...]`` a ``Tuple``; a dict,
+    a callable, a union of two types (``Sequence[str] | str``) is any value, which the constructor checks."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (types.UnionType, typing.Union):
         rest = [a for a in args if a is not type(None)]
-        if len(rest) == 1 and len(args) == 2:
+        if len(rest) == 1 and len(args) == 2 and hydra_type(rest[0]) is not Any:
             return Optional[hydra_type(rest[0])]  # noqa: UP045 (OmegaConf reads typing's Optional)
         return Any
     if origin is tuple:
         return typing.Tuple[tuple(hydra_type(a) if a is not Ellipsis else a for a in args)]  # noqa: UP006
-    if origin is dict:  # free-form (a T5Config's fields): the module checks it; a typed dict would resolve
-        return Any  # an interpolation such as ${capacity_pairs.${capacity}.t5_config} while composing
-    return hint
+    # A dict is free-form (a T5Config's fields, an index node): a typed dict would resolve an interpolation
+    # such as ${capacity_pairs.${capacity}.t5_config} while composing; the module checks it.
+    return hint if hint in PLAIN else Any
 
 
 def schema_of(
@@ -78,6 +94,40 @@ def schema_of(
     return schema
 
 
+def constructor_schema(cls: type, nodes: Mapping[str, type] | None = None) -> type:
+    """The schema of a config node that Hydra instantiates as ``cls``: ``_target_``, then a field per argument
+    of ``cls.__init__`` with its default (the ``**questions`` of a DataModule: the fields of
+    :class:`~glmrag.models.kg_datamodule.QuestionSettings`). ``nodes``: the schema of each settings argument.
+    ``kgs``, which jobs pass at instantiation and no config sets, has no field."""
+    nodes = nodes or {}
+    hints = typing.get_type_hints(cls.__init__)
+    target = f"{cls.__module__}.{cls.__qualname__}"
+    specs: list[tuple[str, Any, Any]] = [("_target_", str, dataclasses.field(default=target))]
+    for name, parameter in inspect.signature(cls.__init__).parameters.items():
+        if name in ("self", "kgs"):
+            continue
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            specs += question_fields()
+        elif name in nodes:
+            specs.append((name, nodes[name], dataclasses.field(default_factory=nodes[name])))
+        else:
+            default = None if parameter.default is inspect.Parameter.empty else parameter.default
+            specs.append((name, hydra_type(hints[name]), dataclasses.field(default=default)))
+    schema = dataclasses.make_dataclass(f"{cls.__name__}Schema", specs)
+    schema.__module__ = __name__
+    schema.__doc__ = f"The schema of a config node that instantiates :class:`{target}`."
+    return schema
+
+
+def question_fields() -> list[tuple[str, Any, Any]]:
+    """The fields of :class:`~glmrag.models.kg_datamodule.QuestionSettings` as ``make_dataclass`` specs."""
+    hints = typing.get_type_hints(QuestionSettings)
+    return [
+        (f.name, hydra_type(hints[f.name]), dataclasses.field(default=f.default))
+        for f in dataclasses.fields(QuestionSettings)
+    ]
+
+
 SCHEMAS: dict[str, type] = {
     "gnn": schema_of(GNNConfig, "GNNSchema"),
     "gnn_subgraph": schema_of(
@@ -94,12 +144,30 @@ SCHEMAS: dict[str, type] = {
     "glm": schema_of(GLMConfig, "GLMSchema"),
     "glm_subgraph": schema_of(SubgraphSettings, "GLMSubgraphSchema", only=SUBGRAPH_FIELDS),
     "lr": schema_of(LearningRates, "LearningRatesSchema"),
+    "subgraph_data": schema_of(SubgraphSettings, "SubgraphDataSchema"),  # the DataModule's: with precompute
 }
-"""``schema/<name>`` in the ConfigStore: the schema of each settings node of the model configs."""
+"""The schema of each settings node, by name."""
+
+NODE_SCHEMAS: dict[str, type] = {
+    "model/gnn": constructor_schema(
+        GNNRetrieverModule,
+        nodes={"gnn": SCHEMAS["gnn"], "subgraph": SCHEMAS["gnn_subgraph"], "kgc": SCHEMAS["kgc"]}
+        | {"loss": SCHEMAS["loss"], "evaluation": SCHEMAS["evaluation"]},
+    ),
+    "model/glm": constructor_schema(
+        GLMRetrieverModule,
+        nodes={"glm": SCHEMAS["glm"], "subgraph": SCHEMAS["glm_subgraph"], "loss": SCHEMAS["glm_loss"]}
+        | {"lr": SCHEMAS["lr"], "evaluation": SCHEMAS["evaluation"]},
+    ),
+    "datamodule/kgqa": constructor_schema(KGQADataModule),
+    "datamodule/subgraph": constructor_schema(SubgraphDataModule, nodes={"subgraph": SCHEMAS["subgraph_data"]}),
+}
+"""``schema/<group>/<name>`` in the ConfigStore: the schema of each ``model`` and ``datamodule`` config."""
 
 
 def register() -> None:
-    """Store :data:`SCHEMAS` in Hydra's ConfigStore (again is harmless: the same nodes replace themselves)."""
+    """Store :data:`NODE_SCHEMAS` in Hydra's ConfigStore (again is harmless: the same nodes replace themselves)."""
     store = ConfigStore.instance()
-    for name, schema in SCHEMAS.items():
-        store.store(group=GROUP, name=name, node=schema)
+    for path, schema in NODE_SCHEMAS.items():
+        group, name = path.rsplit("/", 1)
+        store.store(group=f"{GROUP}/{group}", name=name, node=schema)

@@ -58,7 +58,7 @@ from glmrag.models.gnn_input_cache import (
     cached_question_embeddings,
     default_inputs_cache_dir,
 )
-from glmrag.models.kg_datamodule import KGDataModule
+from glmrag.models.kg_datamodule import KGDataModule, check_counts
 from glmrag.models.kg_sampler import KGBatchSampler
 from glmrag.models.resumable import ResumableLoader, trained_batches
 from glmrag.models.subgraph_data import read_meta, write_chunk_split
@@ -126,8 +126,7 @@ class KGQADataModule(KGDataModule):
             raise ValueError(f"datamodule.store must be one of {STORES}, got {store!r}")
         if records_url is not None and store != "litdata":
             raise ValueError(f"datamodule.records_url={records_url!r} needs datamodule.store=litdata, not {store!r}")
-        if chunk_size < 1 or write_workers < 1:
-            raise ValueError(f"datamodule.chunk_size and write_workers must be >= 1, got {chunk_size}, {write_workers}")
+        check_counts(batch_size=batch_size, num_workers=num_workers, chunk_size=chunk_size, write_workers=write_workers)
         storage_options = plain_container(storage_options or {})
         datasets, index, questions = self.plain_arguments(datasets, index, questions)
         self.save_hyperparameters(logger=False)  # questions' fields flat, as in the config

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, TypeVar
 
@@ -63,7 +63,24 @@ class QuestionSettings:
     """Sentence encoder of the question embeddings; must match the module's ``embed_model``."""
 
     def __post_init__(self) -> None:
+        check_counts(nullable=("limit",), limit=self.limit)
         object.__setattr__(self, "train_fraction", check_train_fraction(self.train_fraction))
+
+
+MAY_BE_ZERO = ("num_workers",)
+"""The DataModule counts that may be 0 (no DataLoader workers); every other count is at least 1."""
+
+
+def check_counts(nullable: Iterable[str] = (), **counts: int | None) -> None:
+    """Each ``datamodule.<name>=value`` an integer >= 1 (>= 0 for :data:`MAY_BE_ZERO`), or None for the
+    ``nullable`` names (all questions, workers chosen from the cores): else a ValueError that names it."""
+    for name, value in counts.items():
+        low = 0 if name in MAY_BE_ZERO else 1
+        if value is None and name in nullable:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            allowed = f"an integer >= {low}" + (" or null" if name in nullable else "")
+            raise ValueError(f"datamodule.{name}={value!r}: must be {allowed}")
 
 
 _Settings = TypeVar("_Settings")

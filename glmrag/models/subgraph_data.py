@@ -36,7 +36,7 @@ from glmrag.io import atomic_write_bytes, atomic_write_text, cache_root, plain_c
 from glmrag.models.chunk_records import ChunkShards, open_splits, split_location, write_chunks
 from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record, record_schema
 from glmrag.models.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
-from glmrag.models.kg_datamodule import KGDataModule, settings_from
+from glmrag.models.kg_datamodule import KGDataModule, check_counts, settings_from
 from glmrag.models.resumable import ResumableLoader, trained_batches
 from glmrag.models.shard_stream import ParquetShards, RankStream, Shards, StreamBatchSampler
 from glmrag.progress import progress
@@ -252,16 +252,12 @@ class SubgraphDataModule(KGDataModule):
     ) -> None:
         super().__init__()
         datasets, index, questions = self.plain_arguments(datasets, index, questions)
-        if num_workers is not None and num_workers < 0:
-            raise ValueError(f"num_workers must be >= 0 or null (chosen from the cores), got {num_workers}")
-        if shard_size < 1 or shuffle_buffer < 1 or batch_size < 1:
-            raise ValueError(f"batch_size={batch_size}, shard_size={shard_size}, shuffle_buffer={shuffle_buffer}: >= 1")
+        counts = {"batch_size": batch_size, "shard_size": shard_size, "shuffle_buffer": shuffle_buffer}
+        check_counts(("num_workers",), **counts, num_workers=num_workers, write_workers=write_workers)
         if store not in STORES:
             raise ValueError(f"datamodule.store must be one of {sorted(STORES)}, got {store!r}")
         if records_url is not None and store != "litdata":
             raise ValueError(f"datamodule.records_url={records_url!r} needs datamodule.store=litdata, not {store!r}")
-        if write_workers < 1:
-            raise ValueError(f"datamodule.write_workers must be >= 1, got {write_workers}")
         self.settings = subgraph_settings(subgraph)
         subgraph = self.settings.as_dict()  # every field, plain, in the hyper-parameters
         storage_options = plain_container(storage_options or {})
