@@ -130,3 +130,16 @@ assert extractors.SpacyExtractor.__name__ == "SpacyExtractor" and "spacy" in sys
 """
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_composing_a_config_loads_nothing_the_gpu_image_lacks():
+    """gpu_train_throughput composes the experiments' configs on the GPU machine: the configs' resolvers and
+    schemas (``glmrag.jobs.config_path``, which imports the modules and DataModules) load no spaCy."""
+    code = f"""
+import sys
+import glmrag.jobs.config_path
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in {DEVICE_LACKS!r})
+assert not loaded, loaded
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -24,8 +24,7 @@ import scipy.sparse as sp
 
 from glmrag.data.types import Corpus, QASet, Question
 from glmrag.index.embed import DEFAULT_MODEL, Embedder
-from glmrag.index.extractors.base import Extractor, PassageExtraction
-from glmrag.index.extractors.spacy_extractor import DEFAULT_SPACY_MODEL
+from glmrag.index.extractors.base import DEFAULT_SPACY_MODEL, Extractor, PassageExtraction
 from glmrag.index.kg import SYNONYM_RELATION, KGIndex
 from glmrag.index.normalize import alnum_count, normalize_phrase
 from glmrag.index.resolve import link_mentions, question_mentions, synonym_pairs

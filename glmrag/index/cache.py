@@ -16,12 +16,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from glmrag.data.types import Dataset, check_dataset_name
+from glmrag.index import extractors  # each extractor imported on first use: spaCy only for index.extractor=spacy
 from glmrag.index.build import IndexSettings, expected_manifest
 from glmrag.index.embed import Embedder
 from glmrag.index.extractors.base import Extractor
-from glmrag.index.extractors.llm_openie import LLMOpenIEExtractor
-from glmrag.index.extractors.openie_import import OpenIEImportExtractor
-from glmrag.index.extractors.spacy_extractor import SpacyExtractor
 from glmrag.index.kg import KGIndex
 from glmrag.index.store import load_or_build
 from glmrag.llm.base import LLM, build_llm
@@ -59,10 +57,10 @@ def make_extractor(
                 f"dataset {dataset.name} ships no OpenIE file; use index.extractor=spacy "
                 "(or point an OpenIEImportExtractor at a HippoRAG openie_*.json)"
             )
-        return OpenIEImportExtractor(dataset.openie_path)
+        return extractors.OpenIEImportExtractor(dataset.openie_path)
     if kind == "spacy":
         processes = spacy_processes_for(len(dataset.corpus)) if spacy_processes is None else spacy_processes
-        return SpacyExtractor(n_process=processes)
+        return extractors.SpacyExtractor(n_process=processes)
     if kind == "llm":
         if llm is None:
             raise ValueError(
@@ -71,7 +69,7 @@ def make_extractor(
             )
         llm = build_llm(llm)
         options = dict(llm_openie or {})
-        return LLMOpenIEExtractor(llm, **options)
+        return extractors.LLMOpenIEExtractor(llm, **options)
     raise ValueError(f"unknown index.extractor {kind!r}; expected 'openie', 'spacy' or 'llm'")
 
 

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from glmrag.data.types import Question
+from glmrag.index import extractors  # spaCy is loaded when questions are first parsed, not on import
 from glmrag.index.ann import ivf_candidates
-from glmrag.index.extractors.spacy_extractor import SKIP_LABELS, load_nlp, mention_spans
+from glmrag.index.extractors.base import SKIP_LABELS
 from glmrag.index.kg import EntityLink
 from glmrag.index.normalize import normalize_phrase
 from glmrag.progress import stage_progress
@@ -131,11 +132,11 @@ def question_mentions(
     question with no mention gets the whole question as its only mention, so
     every question can be linked.
     """
-    nlp = load_nlp(spacy_model)
+    nlp = extractors.load_nlp(spacy_model)
     out = []
     for q, doc in zip(questions, nlp.pipe(q.question for q in questions), strict=True):
         seen: dict[str, str] = {}
-        for span in mention_spans(doc, skip_labels):
+        for span in extractors.mention_spans(doc, skip_labels):
             if (key := normalize_phrase(span.text)) and key not in seen:
                 seen[key] = span.text
         out.append(list(seen.values()) or [q.question])

