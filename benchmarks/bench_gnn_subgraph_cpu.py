@@ -37,7 +37,7 @@ from hydra import compose, initialize_config_dir
 
 from glmrag.data.registry import load_dataset
 from glmrag.index.cache import get_index
-from glmrag.jobs import config_path  # noqa: F401  (registers the ${glmrag_cache:} resolver the configs use)
+from glmrag.jobs import config_path  # noqa: F401  (registers the resolvers and schemas the configs use)
 from glmrag.models.glm_inputs import SubgraphSettings
 from glmrag.models.gnn_input_cache import cached_graph_inputs
 from glmrag.models.gnn_module import question_subgraphs, subgraph_batch

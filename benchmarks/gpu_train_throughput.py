@@ -312,7 +312,7 @@ def system_config(system: str, args: argparse.Namespace, workdir: Path, backend:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    import glmrag.jobs.config_path  # noqa: F401  (the configs' resolvers)
+    import glmrag.jobs.config_path  # noqa: F401  (the configs' resolvers and schemas)
 
     gpu = args.device == "cuda"
     data = "musique100" if args.data == SYNTHETIC else args.data

@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from glmrag.data.registry import load_dataset
 from glmrag.graph.reachability import format_table, gold_reachability
 from glmrag.index.cache import get_index
-from glmrag.jobs import config_path  # noqa: F401  (registers the ${glmrag_cache:} resolver the configs use)
+from glmrag.jobs import config_path  # noqa: F401  (registers the resolvers and schemas the configs use)
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -8,8 +8,8 @@ node has the schema of its class's constructor: a field per argument (``_target_
 twins where the argument is a settings node, and a DataModule's ``**questions`` are the fields of
 :class:`~glmrag.models.kg_datamodule.QuestionSettings`. ``model.prior`` stays free-form: null by default, it
 would be an ``Optional`` twin, and OmegaConf 2.3 cannot merge a command line's ``model.prior={kind: ppr}`` into a
-typed null node (omry/omegaconf#1360, fixed after 2.3); the module's conversion refuses its unknown keys, in the
-config check before any work.
+typed null node (omry/omegaconf#1360; fixed in OmegaConf 2.4.0, which Hydra 1.3 does not accept: it requires
+omegaconf<2.4). The module's conversion refuses its unknown keys, in the config check before any work.
 
 The twins are not the dataclasses themselves: those are frozen, and a frozen structured config makes read-only
 nodes that no experiment or command line could override. The range rules stay on the dataclasses and
@@ -106,8 +106,9 @@ def constructor_schema(cls: type, nodes: Mapping[str, type] | None = None) -> ty
     for name, parameter in inspect.signature(cls.__init__).parameters.items():
         if name in ("self", "kgs"):
             continue
-        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
-            specs += question_fields()
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:  # a DataModule's **questions
+            questions = dataclasses.fields(schema_of(QuestionSettings, "QuestionSchema"))
+            specs += [(f.name, f.type, dataclasses.field(default=f.default)) for f in questions]
         elif name in nodes:
             specs.append((name, nodes[name], dataclasses.field(default_factory=nodes[name])))
         else:
@@ -117,15 +118,6 @@ def constructor_schema(cls: type, nodes: Mapping[str, type] | None = None) -> ty
     schema.__module__ = __name__
     schema.__doc__ = f"The schema of a config node that instantiates :class:`{target}`."
     return schema
-
-
-def question_fields() -> list[tuple[str, Any, Any]]:
-    """The fields of :class:`~glmrag.models.kg_datamodule.QuestionSettings` as ``make_dataclass`` specs."""
-    hints = typing.get_type_hints(QuestionSettings)
-    return [
-        (f.name, hydra_type(hints[f.name]), dataclasses.field(default=f.default))
-        for f in dataclasses.fields(QuestionSettings)
-    ]
 
 
 SCHEMAS: dict[str, type] = {
@@ -151,13 +143,23 @@ SCHEMAS: dict[str, type] = {
 NODE_SCHEMAS: dict[str, type] = {
     "model/gnn": constructor_schema(
         GNNRetrieverModule,
-        nodes={"gnn": SCHEMAS["gnn"], "subgraph": SCHEMAS["gnn_subgraph"], "kgc": SCHEMAS["kgc"]}
-        | {"loss": SCHEMAS["loss"], "evaluation": SCHEMAS["evaluation"]},
+        nodes={
+            "gnn": SCHEMAS["gnn"],
+            "subgraph": SCHEMAS["gnn_subgraph"],
+            "kgc": SCHEMAS["kgc"],
+            "loss": SCHEMAS["loss"],
+            "evaluation": SCHEMAS["evaluation"],
+        },
     ),
     "model/glm": constructor_schema(
         GLMRetrieverModule,
-        nodes={"glm": SCHEMAS["glm"], "subgraph": SCHEMAS["glm_subgraph"], "loss": SCHEMAS["glm_loss"]}
-        | {"lr": SCHEMAS["lr"], "evaluation": SCHEMAS["evaluation"]},
+        nodes={
+            "glm": SCHEMAS["glm"],
+            "subgraph": SCHEMAS["glm_subgraph"],
+            "loss": SCHEMAS["glm_loss"],
+            "lr": SCHEMAS["lr"],
+            "evaluation": SCHEMAS["evaluation"],
+        },
     ),
     "datamodule/kgqa": constructor_schema(KGQADataModule),
     "datamodule/subgraph": constructor_schema(SubgraphDataModule, nodes={"subgraph": SCHEMAS["subgraph_data"]}),

@@ -336,6 +336,8 @@ def make_dm_like(dm, **overrides) -> SubgraphDataModule:
 
 
 def test_config_builds_the_datamodule_with_the_models_subgraph_settings(index_config, tmp_path):
+    node = OmegaConf.load(ROOT / "configs" / "datamodule" / "subgraph.yaml")
+    del node["defaults"]  # Hydra's (the node's schema), not an argument
     cfg = OmegaConf.create(
         {
             "seed": 3,
@@ -354,7 +356,7 @@ def test_config_builds_the_datamodule_with_the_models_subgraph_settings(index_co
                     "question_eos": False,
                 },
             },
-            "datamodule": OmegaConf.load(ROOT / "configs" / "datamodule" / "subgraph.yaml"),
+            "datamodule": node,
         }
     )
     dm = hydra.utils.instantiate(cfg.datamodule)
