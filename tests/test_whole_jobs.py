@@ -146,7 +146,12 @@ class _Linear(L.LightningModule):
 def test_preemption_checkpoint_is_written_at_sigterm_only(error, tmp_path):
     callback = PreemptionCheckpoint(tmp_path)
     trainer = L.Trainer(
-        max_epochs=3, callbacks=[callback], logger=False, enable_progress_bar=False, enable_model_summary=False
+        max_epochs=3,
+        callbacks=[callback],
+        logger=False,
+        enable_checkpointing=False,  # only the preemption checkpoint, in tmp_path (not ./checkpoints)
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     with pytest.raises(error):
         trainer.fit(_Linear(stop_at=5, error=error))

@@ -285,7 +285,10 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
 
 
 def check_room_for_run(cfg: DictConfig) -> None:
-    """A full disk fails now, not after the training: room in every folder the run writes."""
+    """A full disk fails now, not after the training: room in every folder the run writes. The results store,
+    which is not made, is checked first, so a run refused for it leaves no empty folder either."""
+    if not cfg.trainer.get("fast_dev_run"):  # a smoke test files no run; a stopped run leaves no empty store
+        check_room(cfg.results_dir, "results_dir", create=False)
     written = {
         "output_dir": cfg.output_dir,
         "checkpoint_dir": cfg.checkpoint_dir,
@@ -293,8 +296,6 @@ def check_room_for_run(cfg: DictConfig) -> None:
     }
     for what, folder in written.items():
         check_room(folder, what)
-    if not cfg.trainer.get("fast_dev_run"):  # a smoke test files no run; a stopped run leaves no empty store
-        check_room(cfg.results_dir, "results_dir", create=False)
 
 
 @contextlib.contextmanager

@@ -242,9 +242,11 @@ def test_an_unwritable_results_dir_stops_training_before_any_work(tmp_path, monk
     from glmrag.jobs.train import run_train
 
     monkeypatch.setattr("glmrag.jobs.train.register_data", lambda *a: pytest.fail("work started"))
-    cfg = compose_config("train", ["experiment=demo", f"output_dir={tmp_path / 'o'}", "results_dir=/dev/full/r"])
+    folders = [f"output_dir={tmp_path / 'o'}", f"checkpoint_dir={tmp_path / 'c'}"]
+    cfg = compose_config("train", ["experiment=demo", *folders, "results_dir=/dev/full/r"])
     with pytest.raises(PermissionError, match=r"results_dir folder /dev/full/r is not writable"):
         run_train(cfg)
+    assert list(tmp_path.iterdir()) == []  # refused before it made its output or checkpoint folder
 
 
 def test_a_reader_completes_an_interrupted_commit(tmp_path):
