@@ -53,9 +53,9 @@ def hydra_type(hint: Any) -> Any:
     a callable, a union of two types (``Sequence[str] | str``) is any value, which the constructor checks."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (types.UnionType, typing.Union):
-        rest = [a for a in args if a is not type(None)]
-        if len(rest) == 1 and len(args) == 2 and hydra_type(rest[0]) is not Any:
-            return Optional[hydra_type(rest[0])]  # noqa: UP045 (OmegaConf reads typing's Optional)
+        rest = [hydra_type(a) for a in args if a is not type(None)]
+        if len(rest) == 1 and len(args) == 2 and rest[0] is not Any:
+            return Optional[rest[0]]  # noqa: UP045 (OmegaConf reads typing's Optional)
         return Any
     if origin is tuple:
         return typing.Tuple[tuple(hydra_type(a) if a is not Ellipsis else a for a in args)]  # noqa: UP006
@@ -94,11 +94,12 @@ def schema_of(
     return schema
 
 
-def constructor_schema(cls: type, nodes: Mapping[str, type] | None = None) -> type:
+def constructor_schema(cls: type, nodes: Mapping[str, type] | None = None, keywords: type | None = None) -> type:
     """The schema of a config node that Hydra instantiates as ``cls``: ``_target_``, then a field per argument
-    of ``cls.__init__`` with its default (the ``**questions`` of a DataModule: the fields of
-    :class:`~glmrag.models.kg_datamodule.QuestionSettings`). ``nodes``: the schema of each settings argument.
-    ``kgs``, which jobs pass at instantiation and no config sets, has no field."""
+    of ``cls.__init__`` with its default. ``nodes``: the schema of each settings argument; ``keywords``: the
+    settings dataclass whose fields ``cls`` takes as its ``**kwargs`` (a DataModule's
+    :class:`~glmrag.models.kg_datamodule.QuestionSettings`). ``kgs``, which jobs pass at instantiation and no
+    config sets, has no field."""
     nodes = nodes or {}
     hints = typing.get_type_hints(cls.__init__)
     target = f"{cls.__module__}.{cls.__qualname__}"
@@ -106,9 +107,10 @@ def constructor_schema(cls: type, nodes: Mapping[str, type] | None = None) -> ty
     for name, parameter in inspect.signature(cls.__init__).parameters.items():
         if name in ("self", "kgs"):
             continue
-        if parameter.kind is inspect.Parameter.VAR_KEYWORD:  # a DataModule's **questions
-            questions = dataclasses.fields(schema_of(QuestionSettings, "QuestionSchema"))
-            specs += [(f.name, f.type, dataclasses.field(default=f.default)) for f in questions]
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            if keywords is not None:
+                twin = schema_of(keywords, f"{keywords.__name__}Schema")
+                specs += [(f.name, f.type, dataclasses.field(default=f.default)) for f in dataclasses.fields(twin)]
         elif name in nodes:
             specs.append((name, nodes[name], dataclasses.field(default_factory=nodes[name])))
         else:
@@ -161,8 +163,10 @@ NODE_SCHEMAS: dict[str, type] = {
             "evaluation": SCHEMAS["evaluation"],
         },
     ),
-    "datamodule/kgqa": constructor_schema(KGQADataModule),
-    "datamodule/subgraph": constructor_schema(SubgraphDataModule, nodes={"subgraph": SCHEMAS["subgraph_data"]}),
+    "datamodule/kgqa": constructor_schema(KGQADataModule, keywords=QuestionSettings),
+    "datamodule/subgraph": constructor_schema(
+        SubgraphDataModule, nodes={"subgraph": SCHEMAS["subgraph_data"]}, keywords=QuestionSettings
+    ),
 }
 """``schema/<group>/<name>`` in the ConfigStore: the schema of each ``model`` and ``datamodule`` config."""
 
