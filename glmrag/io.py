@@ -46,11 +46,13 @@ def default_mode(directory: bool = False) -> int:
     return (0o777 if directory else 0o666) & ~_umask()
 
 
-def atomic_write_stream(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any]) -> Path:
+def atomic_write_stream(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any], replace: bool = True) -> Path:
     """``write(file)`` into a temp file beside ``path``, fsync it, then rename it over ``path``: a kill at any
-    moment leaves the old ``path`` or the new one, whole (in the same folder, the rename never copies). A write
-    that fails raises an error naming ``path`` (:func:`write_error`), also when ``write`` hides the disk's
-    error behind its own (torch.save reports a full disk as ``unexpected pos``)."""
+    moment leaves the old ``path`` or the new one, whole (in the same folder, the rename never copies). With
+    ``replace`` false the temp file is linked to ``path`` instead, which raises ``FileExistsError`` when
+    ``path`` exists: nothing is overwritten, even by a second writer racing this one. A write that fails raises
+    an error naming ``path`` (:func:`write_error`), also when ``write`` hides the disk's error behind its own
+    (torch.save reports a full disk as ``unexpected pos``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -62,7 +64,11 @@ def atomic_write_stream(path: str | os.PathLike[str], write: Callable[[BinaryIO]
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, default_mode())
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+            os.unlink(tmp)
     except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -162,13 +168,14 @@ def fsync_dir(folder: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to a temp file beside ``path``, fsync it, then rename it over ``path``."""
-    return atomic_write_stream(path, lambda f: f.write(data))
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, replace: bool = True) -> Path:
+    """Write ``data`` to a temp file beside ``path``, fsync it, then rename it over ``path``
+    (:func:`atomic_write_stream`; ``replace=False``: never over an existing file)."""
+    return atomic_write_stream(path, lambda f: f.write(data), replace)
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_text(path: str | os.PathLike[str], text: str, replace: bool = True) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"), replace)
 
 
 def _write_synced(path: Path, data: bytes) -> None:

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from glmrag.eval.output_folder import settle
 from glmrag.eval.overlap import overlap_note, unchecked_note
 from glmrag.eval.result import EvalResult
 from glmrag.eval.significance import Comparison, Interval
@@ -305,20 +304,46 @@ def metrics_json(result: EvalResult) -> dict:
     )
 
 
-def write_outputs(result: EvalResult, output_dir: str | os.PathLike) -> dict[str, Path]:
-    """Write ``metrics.json``, ``per_question.jsonl`` and ``results.md`` into ``output_dir``
-    (created if needed), each atomically; returns their paths by file name."""
+HYDRA_FILES = (".hydra",)
+"""What Hydra writes into its run folder before the job starts (with the job's ``*.log``)."""
+
+
+class OutputDirTaken(FileExistsError):
+    """An output folder that already holds another run's files; names the folder, the files and the fix."""
+
+
+def fresh_output_dir(output_dir: str | os.PathLike, key: str = "output_dir") -> Path:
+    """``output_dir``, made when missing, when it holds no file but Hydra's own (:data:`HYDRA_FILES`, ``*.log``);
+    else :class:`OutputDirTaken`. A run writes its files into a folder of its own, each file once
+    (:func:`write_outputs`): it never replaces or removes a file it did not write."""
+    folder = Path(output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    taken = sorted(p.name for p in folder.iterdir() if p.name not in HYDRA_FILES and p.suffix != ".log")
+    if taken:
+        shown = ", ".join(taken[:4]) + (f" and {len(taken) - 4} more" if len(taken) > 4 else "")
+        raise OutputDirTaken(
+            f"{key}={folder} already holds {shown}: a run writes into a folder of its own and replaces nothing; "
+            f"pass a new {key}=<folder>, or leave it unset for a new folder per run"
+        )
+    return folder
+
+
+def write_outputs(result: EvalResult, output_dir: str | os.PathLike, replace: bool = False) -> dict[str, Path]:
+    """Write ``metrics.json``, ``per_question.jsonl`` and ``results.md`` into ``output_dir`` (made if needed),
+    each whole; a file already there is never replaced (``FileExistsError``) unless ``replace``. Returns their
+    paths by file name."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {name: out / name for name in ("metrics.json", "per_question.jsonl", "results.md")}
-    atomic_write_text(paths["metrics.json"], json.dumps(metrics_json(result), indent=2, allow_nan=False) + "\n")
+    metrics = json.dumps(metrics_json(result), indent=2, allow_nan=False) + "\n"
+    atomic_write_text(paths["metrics.json"], metrics, replace)
     lines = [
         json.dumps(_clean(row), allow_nan=False, ensure_ascii=False)
         for system in result.systems
         for row in result.per_question[system]
     ]
-    atomic_write_text(paths["per_question.jsonl"], "\n".join(lines) + "\n")
-    atomic_write_text(paths["results.md"], format_markdown(result))
+    atomic_write_text(paths["per_question.jsonl"], "\n".join(lines) + "\n", replace)
+    atomic_write_text(paths["results.md"], format_markdown(result), replace)
     return paths
 
 
@@ -333,7 +358,6 @@ def read_outputs(output_dir: str | os.PathLike) -> EvalResult:
     """The :class:`EvalResult` that :func:`write_outputs` wrote into ``output_dir`` (``metrics.json`` and
     ``per_question.jsonl``), as far as they keep it: everything the tables read."""
     folder = Path(output_dir)
-    settle(folder)  # a commit that a kill interrupted is completed first: one run's files, never two
     m = json.loads((folder / "metrics.json").read_text())
     per_question: dict[str, list[dict]] = {s: [] for s in m["systems"]}
     for line in (folder / "per_question.jsonl").read_text().splitlines():
@@ -382,7 +406,7 @@ def rewrite_outputs(output_dir: str | os.PathLike) -> dict[str, Path]:
         for row in rows:
             if "trace" in row and (fell_back := question_fallbacks(row["trace"])) is not None:
                 row["trace"]["fell_back"] = fell_back
-    return write_outputs(result, output_dir)
+    return write_outputs(result, output_dir, replace=True)
 
 
 RANKINGS_FILE = "rankings.jsonl"
@@ -397,7 +421,7 @@ class RankingLog:
     def __init__(self, path: str | os.PathLike, keep: int) -> None:
         self.path, self.keep = Path(path), keep
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text("")  # this run's rankings only
+        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # FileExistsError: not ours
 
     def append(self, system: str, rankings: Sequence[Ranking]) -> None:
         rows = [

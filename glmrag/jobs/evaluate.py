@@ -24,8 +24,7 @@ from glmrag.data.types import Corpus, Dataset, Question
 from glmrag.eval import EvalResult, evaluate, format_markdown, write_outputs
 from glmrag.eval.llm_failures import GuardedRetrieval, failure_summary
 from glmrag.eval.metrics import qa_metrics
-from glmrag.eval.output_folder import output_files, staged_outputs
-from glmrag.eval.outputs import RANKINGS_FILE, RankingLog, cost_columns
+from glmrag.eval.outputs import RANKINGS_FILE, RankingLog, cost_columns, fresh_output_dir
 from glmrag.eval.overlap import choose_split, seen_questions
 from glmrag.eval.significance import Interval, bootstrap_ci
 from glmrag.eval.store import run_record, write_run
@@ -176,26 +175,28 @@ def run_eval(cfg: DictConfig, warnings: Sequence[str] = (), figures: bool = Fals
     The config and every folder the run writes are checked first
     (:func:`~glmrag.jobs.config_check.validate_eval_config`, :func:`~glmrag.io.check_room`). ``warnings`` go
     above the table (the training job's "no better than before training"); ``figures`` adds the recall figures
-    (:func:`~glmrag.eval.study_plots.evaluation_figures`). The outputs replace the previous run's in
-    ``cfg.output_dir`` as one set (:mod:`glmrag.eval.output_folder`). A question whose LLM calls fail is scored
-    as failed and counted (``result.llm_failures``); once more than ``cfg.max_llm_failures`` calls failed, the
-    rest is scored as failed, the outputs are written, and :class:`~glmrag.llm.base.LLMBudgetExceeded` is raised.
+    (:func:`~glmrag.eval.study_plots.evaluation_figures`). The outputs go to ``cfg.output_dir``, a folder of this run's
+    own (:func:`~glmrag.eval.outputs.fresh_output_dir`): each file is written once, whole. A question whose LLM
+    calls fail is scored as failed and counted (``result.llm_failures``); once more than ``cfg.max_llm_failures``
+    calls failed, the rest is scored as failed, the outputs are written, and
+    :class:`~glmrag.llm.base.LLMBudgetExceeded` is raised.
     """
     validate_eval_config(cfg)
-    check_room(cfg.output_dir, "output_dir")  # a full disk fails now, not after every system has run
-    check_room(cfg.index.cache_dir, "the index cache")
     if cfg.get("results_dir"):
         check_room(cfg.results_dir, "results_dir", create=False)
+    output_dir = fresh_output_dir(cfg.output_dir)
+    check_room(output_dir, "output_dir")  # a full disk fails now, not after every system has run
+    check_room(cfg.index.cache_dir, "the index cache")
     register_data(cfg.data)  # data=files: the user's own files become dataset cfg.data.name
     children_die_with_parent()  # spaCy / DataLoader workers must not outlive a killed job
     cfg = with_system_names(cfg)
-    with failure_budget(cfg.get("max_llm_failures")) as budget, staged_outputs(cfg.output_dir) as staging:
-        result = _run_eval(cfg, list(warnings), staging)
+    with failure_budget(cfg.get("max_llm_failures")) as budget:
+        result = _run_eval(cfg, list(warnings), output_dir)
         print(format_markdown(result))  # first: the table is on the screen even when the disk is full
-        write_outputs(result, staging)
+        written = [output_dir / RANKINGS_FILE, *write_outputs(result, output_dir).values()]
         if figures:
-            evaluation_figures(result, staging)
-    print(f"\nwritten: {', '.join(str(p) for p in output_files(cfg.output_dir))}")
+            written += evaluation_figures(result, output_dir).values()
+    print(f"\nwritten: {', '.join(str(p) for p in written)}")
     if budget.exceeded:
         raise LLMBudgetExceeded(
             f"{budget.failures} LLM calls failed, more than max_llm_failures={budget.max_failures}; the questions "
@@ -260,12 +261,12 @@ class Answered:
     baselines: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
-def _run_eval(cfg: DictConfig, warnings: list[str], staging: Path) -> EvalResult:
-    """The evaluation of :func:`run_eval`, its rankings logged into ``staging`` as each system finishes."""
+def _run_eval(cfg: DictConfig, warnings: list[str], output_dir: Path) -> EvalResult:
+    """The evaluation of :func:`run_eval`, its rankings logged into ``output_dir`` as each system finishes."""
     dataset, questions, split, overlap, unchecked = load_questions(cfg)
     index = get_index(load_dataset(cfg.data.name, root=cfg.data.root), cfg.index)
     retrievers = make_retrievers(cfg.retriever)
-    ranked = rank_all(cfg, retrievers, questions, index, dataset.corpus, staging / RANKINGS_FILE)
+    ranked = rank_all(cfg, retrievers, questions, index, dataset.corpus, output_dir / RANKINGS_FILE)
     answered = answer_all(cfg, retrievers, ranked.rankings, questions, index, dataset.corpus)
     result = score(cfg, ranked.rankings, questions, index, answered.answers)
     result.warnings = warnings

@@ -28,7 +28,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from glmrag.data.files import register_data
 from glmrag.eval import EvalResult
-from glmrag.eval.output_folder import output_files
 from glmrag.eval.store import run_record, write_run
 from glmrag.index.embed import Embedder
 from glmrag.io import check_room, children_die_with_parent, local_checkpoint
@@ -397,7 +396,7 @@ def evaluate_checkpoint(
     for name in eval_datasets(cfg):
         eval_cfg = evaluation_config(cfg, best, name, device)
         evals[name] = result = run_eval(eval_cfg, warnings, figures=True)  # PNGs beside metrics.json
-        figures = {p.name: p for p in output_files(eval_cfg.output_dir) if p.suffix == ".png"}
+        figures = {p.name: p for p in Path(eval_cfg.output_dir).glob("*.png")}
         prefix = "eval" if name == cfg.data.name else f"eval/{name}"
         means = {f"{prefix}/{m}": iv.mean for m, iv in result.overall[cfg.run_name].items() if hasattr(iv, "mean")}
         for logger in loggers:  # a WandbLogger keeps the last value of each key as the run's summary

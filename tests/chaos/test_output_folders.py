@@ -1,5 +1,5 @@
-"""Output folders that never mix two runs, write errors that name their path, output locations checked before
-any work (issue 37, probes 8-12)."""
+"""Output folders of a run's own, files written once and never replaced, write errors that name their path,
+output locations checked before any work."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ import pytest
 import torch
 
 import glmrag.io
-from glmrag.eval.output_folder import MANIFEST, output_files, staged_outputs
-from glmrag.eval.outputs import RANKINGS_FILE, RankingLog
+from glmrag.eval.outputs import RANKINGS_FILE, OutputDirTaken, RankingLog
 from glmrag.index.ranking import Ranking
 from glmrag.io import DiskFullError, atomic_write_stream, atomic_write_text
 from glmrag.jobs.evaluate import run_eval
@@ -33,60 +32,68 @@ def eval_config(tmp: Path, tiny: str, *overrides: str):
     return compose_config("eval", [*base, f"results_dir={tmp / 'r'}", *overrides])
 
 
-def visible_files(folder: Path) -> dict[str, bytes]:
-    """The run files a user sees in ``folder`` (hidden files and staging folders aside)."""
-    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")}
-
-
-def test_a_rerun_that_fails_after_ranking_leaves_the_previous_run_whole(
-    tmp_path, monkeypatch, glmrag_cache, tiny_musique
-):
-    """Probe 8: the rerun emptied rankings.jsonl at once and left run A's metrics.json and results.md beside it."""
-    run_eval(eval_config(tmp_path, tiny_musique, "retriever=[dense,ppr]"))
+def test_a_rerun_into_a_used_output_dir_is_refused_before_any_work(tmp_path, monkeypatch, glmrag_cache, tiny_musique):
+    """Probe 8: a rerun into the same output_dir replaced run A's files; now each run has a folder of its own
+    and the second is refused, naming what is there, before it reads any data."""
+    run_eval(eval_config(tmp_path, tiny_musique, "retriever=[ppr]"))
     out = tmp_path / "out"
-    before = visible_files(out)
-    assert set(before) == {"metrics.json", "per_question.jsonl", "results.md", RANKINGS_FILE}
-
-    def crash(*args, **kwargs):
-        raise RuntimeError("a crash after the ranking")
-
-    monkeypatch.setattr("glmrag.jobs.evaluate.score", crash)
-    with pytest.raises(RuntimeError, match="a crash after the ranking"):
-        run_eval(eval_config(tmp_path, tiny_musique, "retriever=[ppr]"))
-    assert visible_files(out) == before  # run A, whole: its dense rankings too
-    (partial,) = out.glob("incomplete-*")  # run B's rankings, kept apart
-    assert {json.loads(line)["system"] for line in (partial / RANKINGS_FILE).read_text().splitlines()} == {"ppr"}
+    (out / "recall_by_year.png").write_bytes(b"the user's own figure")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert {"metrics.json", "per_question.jsonl", "results.md", RANKINGS_FILE} < set(before)
+    monkeypatch.setattr("glmrag.jobs.evaluate.load_dataset", lambda *a, **k: pytest.fail("work started"))
+    with pytest.raises(OutputDirTaken, match=r"output_dir=.*metrics\.json"):
+        run_eval(eval_config(tmp_path, tiny_musique, "retriever=[dense]"))
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
-def test_a_successful_rerun_replaces_the_whole_set(tmp_path, glmrag_cache, tiny_musique):
+@pytest.mark.parametrize(
+    "planted",
+    [{".commit.json": {"staging": "../victim"}}, {".outputs.json": {"files": ["../victim/precious.txt"]}}],
+)
+def test_files_left_in_an_output_dir_never_make_a_run_delete_anything(tmp_path, planted, glmrag_cache, tiny_musique):
+    """Probe: a journal or manifest left in an output folder made eval.py remove a folder or a file outside it.
+    No file on disk is read as an instruction any more: the folder is refused as taken, nothing is removed."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious.txt").write_text("mine")
     out = tmp_path / "out"
     out.mkdir()
-    (out / "metrics.json").write_text("{}")  # a run of older code, before manifests: its figure goes too
-    (out / "recall_by_hops.png").write_bytes(b"a figure of that run")
-    (out / "notes.txt").write_text("mine")  # no run wrote it
-    run_eval(eval_config(tmp_path, tiny_musique, "retriever=[ppr]"))
-    files = visible_files(out)
-    assert set(files) == {"metrics.json", "per_question.jsonl", "results.md", RANKINGS_FILE, "notes.txt"}
-    assert json.loads(files["metrics.json"])["systems"] == ["ppr"]
-    assert json.loads((out / MANIFEST).read_text())["files"] == sorted(set(files) - {"notes.txt"})
-    assert not list(out.glob("incomplete-*"))
+    for name, content in planted.items():
+        (out / name).write_text(json.dumps(content))
+    with pytest.raises(OutputDirTaken):
+        run_eval(eval_config(tmp_path, tiny_musique, "retriever=[ppr]"))
+    assert (victim / "precious.txt").read_text() == "mine"
+    assert sorted(p.name for p in out.iterdir()) == sorted(planted)
 
 
-def _write_set(folder: Path, tag: str, names: list[str]) -> None:
-    with staged_outputs(folder) as staging:
-        for name in names:
-            (staging / name).write_text(f"{tag}:{name}")
+def test_a_run_that_fails_after_ranking_keeps_its_rankings_in_its_own_folder(
+    tmp_path, monkeypatch, glmrag_cache, tiny_musique
+):
+    monkeypatch.setattr("glmrag.jobs.evaluate.score", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("crash")))
+    with pytest.raises(RuntimeError, match="crash"):
+        run_eval(eval_config(tmp_path, tiny_musique, "retriever=[dense,ppr]"))
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == [RANKINGS_FILE]
+    systems = [json.loads(line)["system"] for line in (out / RANKINGS_FILE).read_text().splitlines()]
+    assert set(systems) == {"dense", "ppr"}
 
 
-RUN_A = ["metrics.json", "per_question.jsonl", "recall_by_hops.png", "results.md"]
-RUN_B = ["metrics.json", "per_question.jsonl", "rankings.jsonl", "results.md"]
+def test_outputs_never_replace_a_file(tmp_path):
+    (tmp_path / "results.md").write_text("mine")
+    with pytest.raises(FileExistsError, match="results.md"):
+        atomic_write_text(tmp_path / "results.md", "new", replace=False)
+    assert (tmp_path / "results.md").read_text() == "mine"
+    assert sorted(os.listdir(tmp_path)) == ["results.md"]  # no temp file left
+    with pytest.raises(FileExistsError):
+        RankingLog(tmp_path / "results.md", keep=2)
+    assert (tmp_path / "results.md").read_text() == "mine"
 
 
-def _commit_killed_at(folder: Path, n: int) -> bool:
-    """Commit run B in a child killed (SIGKILL) at its ``n``-th rename, unlink, rmdir or fsync; whether it
-    was killed before it finished."""
+def _write_killed_at(path: Path, n: int, data: str) -> bool:
+    """Write ``path`` once (no replace) in a child killed (SIGKILL) at its ``n``-th write, fsync, link or
+    unlink; whether it was killed before it finished."""
     pid = os.fork()
-    if pid == 0:  # the child: count the file-system steps, die at the n-th
+    if pid == 0:
         calls = [0]
 
         def killing(real):
@@ -98,36 +105,28 @@ def _commit_killed_at(folder: Path, n: int) -> bool:
 
             return step
 
-        for name in ("replace", "rename", "unlink", "rmdir", "fsync"):
+        for name in ("link", "unlink", "fsync", "write"):
             setattr(os, name, killing(getattr(os, name)))
-        code = 1
         try:
-            _write_set(folder, "B", RUN_B)
-            code = 0
+            atomic_write_text(path, data, replace=False)
         finally:
-            os._exit(code)
+            os._exit(0)
     _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status) or os.WEXITSTATUS(status) == 0, f"the child failed at step {n}"
     return os.WIFSIGNALED(status)
 
 
-def test_a_kill_at_any_step_of_a_commit_leaves_one_run_or_the_other(tmp_path):
-    """Probe 9: a SIGKILL just after metrics.json was replaced left metrics.json of run B beside run A's other
-    files and a temp file that outlived the next run. Here the child is killed at each step in turn; whatever
-    reads the folder next (output_files) sees run A's files or run B's, whole, and no temp file."""
-    outcomes = set()
-    for n in range(1, 200):
+def test_a_kill_at_any_step_of_a_write_leaves_no_file_or_the_whole_file(tmp_path):
+    data = "x" * 300_000
+    for n in range(1, 50):
         folder = tmp_path / f"kill{n}"
-        _write_set(folder, "A", RUN_A)
-        killed = _commit_killed_at(folder, n)
-        files = {p.name: p.read_text() for p in output_files(folder)}
-        assert files in ({k: f"A:{k}" for k in RUN_A}, {k: f"B:{k}" for k in RUN_B}), (n, files)
-        assert set(visible_files(folder)) == set(files)
-        assert not list(folder.rglob("*.tmp"))
-        outcomes.add(files["metrics.json"][0])
+        folder.mkdir()
+        killed = _write_killed_at(folder / "metrics.json", n, data)
+        final = folder / "metrics.json"
+        assert not final.exists() or final.read_text() == data, n
         if not killed:
+            assert final.read_text() == data
             break
-    assert outcomes == {"A", "B"} and n > 5  # kills before and after the journal, and a finished run
+    assert n > 2
 
 
 def write_under_file_size_limit(write: str, path: Path, limit: int) -> str:
@@ -247,19 +246,3 @@ def test_an_unwritable_results_dir_stops_training_before_any_work(tmp_path, monk
     with pytest.raises(PermissionError, match=r"results_dir folder /dev/full/r is not writable"):
         run_train(cfg)
     assert list(tmp_path.iterdir()) == []  # refused before it made its output or checkpoint folder
-
-
-def test_a_reader_completes_an_interrupted_commit(tmp_path):
-    """read_outputs and the training job's figures go through output_files: a journal left by a kill is
-    completed before anything is read."""
-    folder = tmp_path / "out"
-    _write_set(folder, "A", RUN_A)
-    staging = folder / "incomplete-20261204-000000-999999999"
-    staging.mkdir()
-    for name in RUN_B:
-        (staging / name).write_text(f"B:{name}")
-    os.replace(staging / "metrics.json", folder / "metrics.json")  # the kill came after the first rename
-    journal = {"staging": staging.name, "files": RUN_B, "previous": RUN_A}
-    atomic_write_text(folder / ".commit.json", json.dumps(journal))
-    assert {p.name: p.read_text() for p in output_files(folder)} == {k: f"B:{k}" for k in RUN_B}
-    assert not staging.exists() and not (folder / ".commit.json").exists()
