@@ -73,6 +73,8 @@ def atomic_write_stream(path: str | os.PathLike[str], write: Callable[[BinaryIO]
         if os.path.exists(tmp):
             os.unlink(tmp)
         cause = watch.error if watch is not None and watch.error is not None and isinstance(err, Exception) else err
+        if isinstance(cause, FileExistsError) and not replace:
+            raise FileExistsError(errno.EEXIST, "exists; it is never replaced", str(path)) from None
         if isinstance(cause, OSError):
             raise write_error(path, cause) from err
         raise

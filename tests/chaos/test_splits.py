@@ -6,6 +6,7 @@ the Python API, which guards and measures as eval.py does."""
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -44,8 +45,14 @@ def checkpoint(tiny_musique, glmrag_cache, tmp_path_factory) -> Path:
 
 
 def evaluate(checkpoint: Path, tmp: Path, *overrides: str):
-    base = ["retriever=[checkpoint,dense]", f"ckpt_path={checkpoint}", f"output_dir={tmp / 'eval'}", "n_boot=50"]
+    out = tempfile.mkdtemp(prefix="eval-", dir=tmp)  # a folder of its own for each run
+    base = ["retriever=[checkpoint,dense]", f"ckpt_path={checkpoint}", f"output_dir={out}", "n_boot=50"]
     return run_eval(compose_config("eval", [*base, f"results_dir={tmp / 'r'}", *overrides]))
+
+
+def outputs(result, name: str) -> str:
+    """The text of the file ``name`` that the run of ``result`` wrote."""
+    return (Path(result.config["output_dir"]) / name).read_text()
 
 
 RUN = "gfm_rag_plus_demo-musique_tiny"
@@ -67,7 +74,7 @@ def test_the_same_files_under_another_name_are_refused_then_flagged(checkpoint, 
         evaluate(checkpoint, tmp_path, *copy)
     result = evaluate(checkpoint, tmp_path, *copy, "allow_train_overlap=true")
     assert result.train_overlap == {RUN: "13 of these 16 questions"}
-    assert "evaluated on questions it trained or selected on" in (tmp_path / "eval" / "results.md").read_text()
+    assert "evaluated on questions it trained or selected on" in outputs(result, "results.md")
 
 
 def test_stored_splits_that_lie_do_not_decide(checkpoint, tiny_musique, tmp_path):
@@ -138,9 +145,9 @@ def test_a_checkpoint_that_records_no_questions_is_flagged_or_refused(checkpoint
     data = ["data=musique100", f"data.name={tiny_musique}", "data.split=test"]
     result = evaluate(silent, tmp_path, *data)
     assert result.overlap_unchecked == {RUN: "its checkpoint records no questions it trained on"}
-    report = (tmp_path / "eval" / "results.md").read_text()
+    report = outputs(result, "results.md")
     assert f"| {RUN} (ref) (training questions not checked) |" in report and "not checked for questions" in report
-    assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["settings"]["overlap_unchecked"]
+    assert json.loads(outputs(result, "metrics.json"))["settings"]["overlap_unchecked"]
     with pytest.raises(ValueError, match=rf"strict_overlap=true: cannot check retriever {RUN}"):
         evaluate(silent, tmp_path, *data, "strict_overlap=true")
 
@@ -208,4 +215,4 @@ def test_the_python_api_guards_and_measures_as_eval_py_does(checkpoint, tiny_mus
         assert api.overall[system]["mrr"].mean == pytest.approx(job.overall[system]["mrr"].mean)
     assert api.ranking_depth is None and "| MRR |" in format_markdown(api)
     cut = evaluate(checkpoint, tmp_path, "data=musique100", f"data.name={tiny_musique}", "data.split=test", "top_k=10")
-    assert cut.ranking_depth == 10 and "| MRR@10 |" in (tmp_path / "eval" / "results.md").read_text()
+    assert cut.ranking_depth == 10 and "| MRR@10 |" in outputs(cut, "results.md")

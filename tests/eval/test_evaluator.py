@@ -131,7 +131,8 @@ def test_markdown_and_files(result, tmp_path):
     assert "overstates recall" in md and "Holm-Bonferroni" in md and "Entity cos" in md
 
     paths = write_outputs(result, tmp_path / "out")
-    write_outputs(result, tmp_path / "out")  # replacing existing files works
+    with pytest.raises(FileExistsError, match="metrics.json"):
+        write_outputs(result, tmp_path / "out")  # a file is never replaced
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["metrics.json", "per_question.jsonl", "results.md"]
     assert paths["results.md"].read_text() == md
     metrics = json.loads(paths["metrics.json"].read_text())
