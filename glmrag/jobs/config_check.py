@@ -156,15 +156,11 @@ def check_model(cfg: DictConfig) -> None:
 def check_model_settings(cfg: DictConfig) -> None:
     """Each settings node of ``model`` (``model.gnn``, ``model.subgraph``, ...) converted as the module's
     ``SETTINGS`` converts it, before any work starts: an unknown key or a value out of range is a
-    :class:`ConfigError`; so is a flat key of the old layout (``model.hidden_channels``), naming its new place."""
+    :class:`ConfigError`."""
     model = cfg.get("model")
     if not isinstance(model, Mapping) or not isinstance(model.get("_target_"), str):
         return
     module = get_class(model["_target_"])
-    for key in model:
-        node, field = getattr(module, "FLAT_HPARAMS", {}).get(key, (None, None))
-        if node is not None and key not in getattr(module, "SETTINGS", {}):
-            raise ConfigError(f"model.{key} is now model.{node}.{field}: set that key instead")
     for name, convert in getattr(module, "SETTINGS", {}).items():
         node = model.get(name)
         try:

@@ -6,9 +6,7 @@
 * :class:`AtomicCheckpointIO` writes every checkpoint to a temp file in its own folder, fsyncs and renames
   it; Lightning's fsspec write copies a temp file across filesystems, so a kill can empty ``last.ckpt``.
 * :func:`readable_checkpoint` names a truncated file instead of torch's bare ``EOFError``.
-* :func:`migrate_hparams` brings the hyper-parameters of a checkpoint of any earlier layout
-  (:data:`HPARAMS_LAYOUT`) to today's, one versioned step at a time: layout 1 held them flat
-  (``hidden_channels`` -> ``gnn.hidden_channels``, :func:`nest_flat_hparams`).
+* :func:`check_layout` refuses a checkpoint whose hyper-parameters are in another layout (:data:`HPARAMS_LAYOUT`).
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import zipfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +31,7 @@ SEEN_VERSION_KEY = "glmrag_seen_questions_version"
 """Checkpoint entry: the rule that made those fingerprints (:data:`glmrag.data.types.FINGERPRINT_VERSION`)."""
 HPARAMS_LAYOUT = 2
 """The layout of a module's hyper-parameters in its checkpoints, saved with them (:data:`HPARAMS_LAYOUT_KEY`):
-1, flat (``hidden_channels``; glmrag before the settings nodes, no layout saved); 2, one node per settings
-dataclass (``gnn.hidden_channels``; before the layout was saved, recognised by having no flat key)."""
+one node per settings dataclass (``gnn.hidden_channels``)."""
 HPARAMS_LAYOUT_KEY = "glmrag_hparams_layout"
 """Checkpoint entry: the :data:`HPARAMS_LAYOUT` its hyper-parameters were saved in."""
 PATH_KEYS = ("best_model_path", "kth_best_model_path", "last_model_path")
@@ -171,69 +167,22 @@ def check_architecture(module: torch.nn.Module, path: str | os.PathLike[str], ke
     )
 
 
-def _load(path: Any, weights_only: bool) -> dict[str, Any]:
-    """A checkpoint (a path, read memory-mapped, or a seekable file object, left where it was)."""
+class CheckpointLayoutError(ValueError):
+    """A checkpoint whose hyper-parameters are in another layout than this glmrag's; names it and the fix."""
+
+
+def check_layout(path: Any, weights_only: bool = True) -> None:
+    """Raise :class:`CheckpointLayoutError` unless the checkpoint at ``path`` (a path, or a seekable file object,
+    left where it was) records today's :data:`HPARAMS_LAYOUT`."""
     if hasattr(path, "read"):
         start = path.tell()
-        ckpt = torch.load(path, map_location="cpu", weights_only=weights_only)
+        layout = torch.load(path, map_location="cpu", weights_only=weights_only).get(HPARAMS_LAYOUT_KEY)
         path.seek(start)
-        return ckpt
-    return torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
-
-
-def saved_layout(path: Any, weights_only: bool = True) -> tuple[dict[str, Any], int | None]:
-    """The hyper-parameters stored in a checkpoint (a path, read memory-mapped, or a seekable file object) and
-    their :data:`HPARAMS_LAYOUT` (None: saved before the layout was recorded)."""
-    ckpt = _load(path, weights_only)
-    return dict(ckpt.get("hyper_parameters") or {}), ckpt.get(HPARAMS_LAYOUT_KEY)
-
-
-class CheckpointLayoutError(ValueError):
-    """A checkpoint whose hyper-parameters are in a layout this glmrag does not know."""
-
-
-def migrate_hparams(
-    saved: Mapping[str, Any],
-    layout: int | None,
-    flat_paths: Mapping[str, tuple[str, str]],
-    flat_defaults: Mapping[str, Any] | None = None,
-) -> tuple[dict[str, Any], int]:
-    """``(hyper-parameters in today's layout, the layout they were saved in)``.
-
-    ``layout`` is the checkpoint's :data:`HPARAMS_LAYOUT_KEY`, None when saved before it was recorded. A key of
-    ``flat_paths`` (the module's old flat key -> ``(node, field)``) among them means layout 1 whatever is
-    recorded (a checkpoint whose hyper-parameters were rewritten by hand keeps the key its writer saved);
-    otherwise the recorded layout, or 2 when none is. Each step brings layout ``v`` to ``v + 1``: 1 -> 2 nests
-    the flat keys (:func:`nest_flat_hparams`; ``flat_defaults`` first fills the keys a flat checkpoint may
-    predate, with the values it was trained with). A layout newer than :data:`HPARAMS_LAYOUT` is a
-    :class:`CheckpointLayoutError`.
-    """
-    if layout is None:
-        layout = 2
-    if not isinstance(layout, int) or isinstance(layout, bool) or not 1 <= layout <= HPARAMS_LAYOUT:
+    else:
+        layout = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True).get(HPARAMS_LAYOUT_KEY)
+    if layout != HPARAMS_LAYOUT:
+        held = "no layout (saved before layouts were recorded)" if layout is None else f"layout {layout!r}"
         raise CheckpointLayoutError(
-            f"the checkpoint's hyper-parameters are in layout {layout!r}; this glmrag reads layouts 1 to "
-            f"{HPARAMS_LAYOUT}: load it with the glmrag version that saved it, or a newer one"
+            f"checkpoint {path}: its hyper-parameters are in {held}; this glmrag reads layout {HPARAMS_LAYOUT} only. "
+            "Train the model again, or load it with the glmrag version that saved it"
         )
-    if any(key in saved for key in flat_paths):
-        layout = 1
-    hparams, steps = dict(saved), {1: lambda h: nest_flat_hparams(h, flat_paths, flat_defaults)}
-    for version in range(layout, HPARAMS_LAYOUT):
-        hparams = steps[version](hparams)
-    return hparams, layout
-
-
-def nest_flat_hparams(
-    flat: Mapping[str, Any], paths: Mapping[str, tuple[str, str]], defaults: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """The constructor arguments of a checkpoint saved with flat hyper-parameters (``{"hidden_channels": 8}``):
-    each key of ``paths`` moved to its settings node (``{"gnn": {"hidden_channels": 8}}``), the other keys
-    kept as they are; ``defaults`` first fills the flat keys an older checkpoint lacks."""
-    nested: dict[str, Any] = {}
-    for key, value in {**(defaults or {}), **flat}.items():
-        if key in paths:
-            node, field = paths[key]
-            nested.setdefault(node, {})[field] = value
-        else:
-            nested[key] = value
-    return nested

@@ -153,22 +153,6 @@ def glm_subgraph(value: SubgraphSettings | Mapping[str, Any] | None) -> Subgraph
     return typed_settings(SubgraphSettings, value, "model.subgraph")
 
 
-FLAT_HPARAMS = {
-    **{f.name: ("glm", f.name) for f in fields(GLMConfig)},
-    **{name: ("subgraph", name) for name in SUBGRAPH_FIELDS if name != "seed"},
-    "subgraph_seed": ("subgraph", "seed"),
-    **{f.name: ("loss", f.name) for f in fields(LossWeights)},
-    "head_lr": ("lr", "head"),
-    "backbone_lr": ("lr", "backbone"),
-    "bucket_lr": ("lr", "buckets"),
-    **{f.name: ("evaluation", f.name) for f in fields(Evaluation)},
-}  # no flat checkpoint had a prior
-"""Where each flat hyper-parameter of a checkpoint saved before the settings nodes lives now."""
-RULES_BEFORE_REFERENCE = {"position_conflict": "nearest", "question_eos": False, "bucket_lr": "head"}
-"""What flat checkpoints saved before these three hyper-parameters existed were trained with: read such a
-checkpoint with today's defaults and its positions, question tokens and bucket groups silently change."""
-
-
 class GLMRetrieverModule(RetrieverModule):
     """Trains the GLM retriever.
 
@@ -188,8 +172,6 @@ class GLMRetrieverModule(RetrieverModule):
             passage embeddings) from: the DataModule in the training job; not a hyper-parameter.
     """
 
-    FLAT_HPARAMS = FLAT_HPARAMS
-    FLAT_DEFAULTS = RULES_BEFORE_REFERENCE
     SETTINGS = {
         "glm": functools.partial(typed_settings, GLMConfig, key="model.glm"),
         "subgraph": glm_subgraph,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -142,17 +142,6 @@ class GNNRetrieverModule(RetrieverModule):
         scheduler: ``optimizer -> LRScheduler`` (``_partial_: true``), stepped per epoch on ``val/loss``; or None.
     """
 
-    FLAT_HPARAMS = {
-        **{f.name: ("gnn", f.name) for f in fields(GNNConfig)},
-        "max_hops": ("subgraph", "max_hops"),
-        "max_triplets": ("subgraph", "max_triplets"),
-        "subgraph_seed": ("subgraph", "seed"),
-        **{f.name: ("loss", f.name) for f in fields(LossWeights)},
-        **{f.name: ("kgc", f.name) for f in fields(KGCSettings)},
-        **{f.name: ("evaluation", f.name) for f in fields(Evaluation)},
-    }
-    """Where each flat hyper-parameter of a checkpoint saved before the settings nodes lives now."""
-    FLAT_DEFAULTS = {"max_triplets": None}  # checkpoints from before the restriction read the whole KG
     SETTINGS = {
         "gnn": functools.partial(typed_settings, GNNConfig, key="model.gnn"),
         "subgraph": gnn_subgraph,

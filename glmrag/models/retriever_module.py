@@ -38,8 +38,7 @@ from glmrag.models.checkpointing import (
     HPARAMS_LAYOUT_KEY,
     SEEN_QUESTIONS_KEY,
     SEEN_VERSION_KEY,
-    migrate_hparams,
-    saved_layout,
+    check_layout,
 )
 from glmrag.models.kg_datamodule import settings_from
 from glmrag.models.kg_source import KGSource
@@ -148,8 +147,6 @@ class RetrieverModule(LightningModule, ABC):
 
     A subclass takes ``kgs``, the :class:`~glmrag.models.kg_source.KGSource` its steps read KGs from (not a
     hyper-parameter), and keeps it in :attr:`kgs`; everything else a step needs is in its batch.
-    A subclass names its flat hyper-parameters of old checkpoints in :data:`FLAT_HPARAMS` (flat key ->
-    ``(node, field)``), so :meth:`load_from_checkpoint` reads a checkpoint saved before the settings nodes.
     """
 
     optimizer_factory: Optimizer
@@ -157,31 +154,14 @@ class RetrieverModule(LightningModule, ABC):
     evaluation: Evaluation
     kgs: KGSource | None = None
     """Where the steps read each KG (given at construction; the training job gives the DataModule)."""
-    FLAT_HPARAMS: dict[str, tuple[str, str]] = {}
-    """Old checkpoints' flat hyper-parameter -> the settings node and field that hold it now."""
-    FLAT_DEFAULTS: dict[str, Any] = {}
-    """Flat hyper-parameters an old checkpoint may lack, with the value it was trained with."""
     SETTINGS: dict[str, Callable[[Any], Any]] = {}
     """Settings node -> its conversion into a settings dataclass (a mapping, an instance or None in)."""
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        """Lightning's ``load_from_checkpoint``, the hyper-parameters of an earlier layout first brought to
-        today's (:func:`~glmrag.models.checkpointing.migrate_hparams`; layout 1, flat, with
-        :data:`FLAT_HPARAMS` and :data:`FLAT_DEFAULTS`)."""
-        saved, layout = saved_layout(checkpoint_path, weights_only=kwargs.get("weights_only") is not False)
-        hparams, layout = migrate_hparams(saved, layout, cls.FLAT_HPARAMS, cls.FLAT_DEFAULTS)
-        if layout < HPARAMS_LAYOUT:
-            missing = {key: value for key, value in cls.FLAT_DEFAULTS.items() if key not in saved}
-            log.warning(
-                "checkpoint %s has hyper-parameters of layout %d (flat, saved before the settings nodes): read in "
-                "layout %d%s",
-                checkpoint_path,
-                layout,
-                HPARAMS_LAYOUT,
-                f", with the values it was trained with for the keys it predates, {missing}" if missing else "",
-            )
-            kwargs = {**hparams, **kwargs}
+        """Lightning's ``load_from_checkpoint`` of a checkpoint in today's hyper-parameter layout
+        (:func:`~glmrag.models.checkpointing.check_layout`)."""
+        check_layout(checkpoint_path, weights_only=kwargs.get("weights_only") is not False)
         return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 
     def kg_source(self) -> KGSource:

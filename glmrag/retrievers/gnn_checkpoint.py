@@ -41,12 +41,11 @@ MODEL_HPARAMS = ("embed_model", "glm.t5", "glm.tokenizer")
 
 
 def named_models(hparams: dict) -> dict[str, str]:
-    """The :data:`MODEL_HPARAMS` of a checkpoint's hyper-parameters that are set (a flat checkpoint's too)."""
+    """The :data:`MODEL_HPARAMS` of a checkpoint's hyper-parameters that are set."""
     out = {}
     for key in MODEL_HPARAMS:
         node, _, name = key.rpartition(".")
         value = (hparams.get(node) or {}).get(name) if node else hparams.get(key)
-        value = hparams.get(name) if value is None else value  # flat: saved before the settings nodes
         if isinstance(value, str):
             out[key] = value
     return out

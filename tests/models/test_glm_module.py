@@ -121,25 +121,6 @@ def test_load_from_checkpoint_gives_the_same_logits(fitted, tmp_path):
         torch.testing.assert_close(loaded(inputs), fitted.model.eval()(inputs))
 
 
-def test_a_checkpoint_from_before_the_reference_rules_keeps_the_rules_it_was_trained_with(fitted, tmp_path):
-    """A flat checkpoint (saved before the settings nodes) without the three rules: glmrag's earlier ones."""
-    path = tmp_path / "old.ckpt"
-    fitted.trainer.save_checkpoint(path)
-    checkpoint = torch.load(path, weights_only=False)
-    nested = checkpoint["hyper_parameters"]
-    flat = {**nested["glm"], **nested["loss"], **nested["evaluation"], "embed_model": nested["embed_model"]}
-    flat |= {"head_lr": nested["lr"]["head"], "backbone_lr": nested["lr"]["backbone"]}
-    flat |= {k: v for k, v in nested["subgraph"].items() if k not in ("seed", "position_conflict", "question_eos")}
-    checkpoint["hyper_parameters"] = flat | {"subgraph_seed": nested["subgraph"]["seed"]}
-    torch.save(checkpoint, path)
-    loaded = GLMRetrieverModule.load_from_checkpoint(path)
-    assert loaded.settings.position_conflict == "nearest"
-    assert loaded.settings.question_eos is False
-    assert loaded.learning_rates.buckets == "head"
-    fitted.trainer.save_checkpoint(tmp_path / "new.ckpt")
-    assert GLMRetrieverModule.load_from_checkpoint(tmp_path / "new.ckpt").settings.position_conflict == "last"
-
-
 def test_datamodule_with_other_subgraphs_is_refused(index_config, cpu_trainer, cache, tmp_path):
     dm = make_dm(index_config, cache, subgraph={"max_triplets": 30})
     trainer = cpu_trainer(max_epochs=1, default_root_dir=tmp_path)

@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_dir
 from glmrag.graph.subgraph import select_subgraph
 from glmrag.index.embed import Embedder
 from glmrag.index.synthetic import random_kg, random_questions
+from glmrag.models.checkpointing import HPARAMS_LAYOUT, HPARAMS_LAYOUT_KEY
 from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer, question_record
 from glmrag.models.gnn_module import GNNRetrieverModule
 from glmrag.models.kg_source import StaticKGs
@@ -176,6 +177,7 @@ def test_checkpoint_retriever_rebuilds_the_subgraphs(tmp_path):
         "state_dict": module.state_dict(),
         "hyper_parameters": dict(module.hparams),
         "pytorch-lightning_version": lightning.__version__,
+        HPARAMS_LAYOUT_KEY: HPARAMS_LAYOUT,
     }
     torch.save(ckpt, tmp_path / "gnn.ckpt")
     retriever = CheckpointRetriever(str(tmp_path / "gnn.ckpt"), cache_dir=str(tmp_path / "inputs"))

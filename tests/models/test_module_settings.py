@@ -15,8 +15,6 @@ from glmrag.models.checkpointing import (
     HPARAMS_LAYOUT,
     HPARAMS_LAYOUT_KEY,
     CheckpointLayoutError,
-    migrate_hparams,
-    nest_flat_hparams,
 )
 from glmrag.models.glm_inputs import SubgraphSettings
 from glmrag.models.glm_module import GLM_LOSS, GLMConfig, GLMRetrieverModule, LearningRates
@@ -27,71 +25,12 @@ from glmrag.retrievers.gnn_checkpoint import named_models
 
 T5_TINY = {"d_model": 16, "d_ff": 32, "num_layers": 1, "num_heads": 2, "d_kv": 8}
 
-# Hyper-parameters exactly as the modules saved them before the settings nodes (recorded from
-# GNNRetrieverModule(hidden_channels=8, num_layers=2, question_dim=16, relation_dim=16, node_dim=16,
-# use_node_features=True, max_triplets=30, ks=[1, 2, 5]).hparams and GLMRetrieverModule(t5_config=T5_TINY,
-# tokenizer="offline:all-MiniLM-L6-v2", question_dim=16, max_triplets=30, ks=[1, 2]).hparams on commit 97c9c12).
-FLAT_GNN = {
-    "hidden_channels": 8,
-    "num_layers": 2,
-    "question_dim": 16,
-    "relation_dim": 16,
-    "node_dim": 16,
-    "use_node_features": True,
-    "query_injection": "all",
-    "dropout": 0.0,
-    "aggregation": "fused",
-    "max_hops": 2,
-    "max_triplets": 30,
-    "subgraph_seed": 0,
-    "bce_weight": 0.3,
-    "listce_weight": 0.7,
-    "temperature": 0.2,
-    "stage": "qa",
-    "num_negatives": 256,
-    "adversarial_temperature": 1.0,
-    "hide_target_edges": True,
-    "ks": (1, 2, 5),
-    "ranker": "idf_topk",
-    "top_entities": 20,
-    "embed_model": "offline:all-MiniLM-L6-v2",
-    "init_from": None,
-}
-FLAT_GLM = {
-    "t5": "t5-base",
-    "t5_config": dict(T5_TINY),
-    "tokenizer": "offline:all-MiniLM-L6-v2",
-    "attention": "global",
-    "aggregation": "mean",
-    "query_interaction": True,
-    "question_dim": 16,
-    "backend": "eager",
-    "gradient_checkpointing": False,
-    "max_hops": 2,
-    "max_triplets": 30,
-    "layout": "graph",
-    "use_text": True,
-    "position_mode": "triple",
-    "subgraph_seed": 0,
-    "position_conflict": "last",
-    "question_eos": True,
-    "listce_weight": 0.56,
-    "bce_weight": 0.44,
-    "temperature": 0.2,
-    "head_lr": 0.0005,
-    "backbone_lr": 0.0001,
-    "bucket_lr": "backbone",
-    "ks": (1, 2),
-    "ranker": "idf_topk",
-    "top_entities": 20,
-    "embed_model": "offline:all-MiniLM-L6-v2",
-}
 GNN_DIMS = {"hidden_channels": 8, "num_layers": 2, "question_dim": 16, "relation_dim": 16, "node_dim": 16}
 
 
 def save(module: torch.nn.Module, hparams: dict, path) -> None:
     """A checkpoint as Lightning writes one, with ``hparams`` as its hyper-parameters."""
-    ckpt = {"state_dict": module.state_dict(), "hyper_parameters": hparams}
+    ckpt = {"state_dict": module.state_dict(), "hyper_parameters": hparams, HPARAMS_LAYOUT_KEY: HPARAMS_LAYOUT}
     torch.save(ckpt | {"pytorch-lightning_version": lightning.__version__}, path)
 
 
@@ -211,8 +150,6 @@ def test_the_yaml_nodes_become_the_modules_dataclasses(train_config):
     [
         (["+model.gnn.hiden=3"], r"model.gnn has unknown key\(s\) \['hiden'\]"),
         (["+model.kgc.negatives=3"], r"model.kgc has unknown key\(s\) \['negatives'\]"),
-        (["+model.hidden_channels=8"], r"model.hidden_channels is now model.gnn.hidden_channels"),
-        (["experiment=glm_demo", "+model.max_triplets=30"], r"model.max_triplets is now model.subgraph.max_triplets"),
         (["experiment=glm_demo", "+model.subgraph.precompute=true"], r"set datamodule.subgraph.precompute"),
         (["experiment=glm_demo", "model.glm.backend=triton"], r"glm.backend must be one of"),
         (["model.loss.bce_weight=0", "model.loss.listce_weight=0"], r"passage_weight are all 0"),
@@ -238,74 +175,26 @@ def test_a_nested_checkpoint_round_trips(tmp_path):
     assert loaded.hparams == module.hparams and loaded.config == module.config and same_weights(loaded, module)
 
 
-def test_a_flat_gnn_checkpoint_loads_with_its_settings(tmp_path):
-    torch.manual_seed(0)
-    trained = GNNRetrieverModule(
-        gnn=GNN_DIMS | {"use_node_features": True}, subgraph={"max_triplets": 30}, evaluation={"ks": [1, 2, 5]}
-    )
-    save(trained, FLAT_GNN, tmp_path / "old.ckpt")
-    loaded = GNNRetrieverModule.load_from_checkpoint(tmp_path / "old.ckpt")
-    assert loaded.config == GNNConfig(**GNN_DIMS, use_node_features=True)
-    assert loaded.subgraph_settings == SubgraphSettings(max_hops=2, max_triplets=30, seed=0)
-    assert loaded.evaluation.ks == (1, 2, 5) and loaded.hparams == trained.hparams
-    assert same_weights(loaded, trained)
-    # saved before the subgraph restriction existed: the whole KG, as it was trained
-    before = {k: v for k, v in FLAT_GNN.items() if k not in ("max_hops", "max_triplets", "subgraph_seed")}
-    save(trained, before, tmp_path / "older.ckpt")
-    assert GNNRetrieverModule.load_from_checkpoint(tmp_path / "older.ckpt").subgraph_settings is None
-
-
-def test_a_flat_glm_checkpoint_loads_with_its_settings_and_rules(tmp_path):
-    trained = tiny_glm(evaluation={"ks": [1, 2]})
-    save(trained, FLAT_GLM, tmp_path / "old.ckpt")
-    loaded = GLMRetrieverModule.load_from_checkpoint(tmp_path / "old.ckpt")
-    assert loaded.hparams == trained.hparams and loaded.config == trained.config and same_weights(loaded, trained)
-    assert loaded.settings == SubgraphSettings(max_triplets=30) and loaded.loss_weights == GLM_LOSS
-    # older still: before position_conflict / question_eos / bucket_lr, trained with glmrag's earlier rules
-    before = {k: v for k, v in FLAT_GLM.items() if k not in ("position_conflict", "question_eos", "bucket_lr")}
-    save(trained, before, tmp_path / "older.ckpt")
-    older = GLMRetrieverModule.load_from_checkpoint(tmp_path / "older.ckpt")
-    assert (older.settings.position_conflict, older.settings.question_eos) == ("nearest", False)
-    assert older.learning_rates.buckets == "head"
-
-
-def test_nest_flat_hparams_and_the_models_a_checkpoint_names():
-    nested = nest_flat_hparams(FLAT_GLM, GLMRetrieverModule.FLAT_HPARAMS)
-    assert set(nested) == {"glm", "subgraph", "loss", "lr", "evaluation", "embed_model"}
-    assert nested["lr"] == {"head": 0.0005, "backbone": 0.0001, "buckets": "backbone"}
-    assert nested["subgraph"]["seed"] == 0 and "subgraph_seed" not in nested["subgraph"]
-    expected = {"embed_model": "offline:all-MiniLM-L6-v2", "glm.t5": "t5-base", "glm.tokenizer": DEFAULT_MODEL}
-    assert named_models(FLAT_GLM) == named_models(nested) == expected
-
-
-def test_every_earlier_layout_migrates_one_versioned_step_at_a_time():
-    paths, defaults = GLMRetrieverModule.FLAT_HPARAMS, GLMRetrieverModule.FLAT_DEFAULTS
-    nested = nest_flat_hparams(FLAT_GLM, paths, defaults)
-    assert migrate_hparams(FLAT_GLM, None, paths, defaults) == (nested, 1)  # flat, saved before the layout key
-    assert migrate_hparams(FLAT_GLM, 1, paths, defaults) == (nested, 1)
-    assert migrate_hparams(FLAT_GLM, 2, paths, defaults) == (nested, 1)  # flat keys under today's key: by hand
-    assert migrate_hparams(nested, None, paths, defaults) == (nested, 2)  # nested, saved before the layout key
-    assert migrate_hparams(nested, HPARAMS_LAYOUT, paths, defaults) == (nested, HPARAMS_LAYOUT)
-    for newer in (HPARAMS_LAYOUT + 1, 0, "2", True):
-        with pytest.raises(CheckpointLayoutError, match=rf"layout {newer!r}; this glmrag reads layouts 1 to 2"):
-            migrate_hparams(nested, newer, paths, defaults)
-
-
-def test_checkpoints_record_their_layout_and_a_newer_one_is_refused_by_name(tmp_path):
+@pytest.mark.parametrize("layout", [None, 1, 3, "2"])
+def test_a_checkpoint_of_another_layout_is_refused_by_name(tmp_path, layout):
     module = GNNRetrieverModule(gnn=GNN_DIMS, subgraph={"max_triplets": 30})
     checkpoint: dict = {}
     module.on_save_checkpoint(checkpoint)
     assert checkpoint[HPARAMS_LAYOUT_KEY] == HPARAMS_LAYOUT == 2
-    save(module, dict(module.hparams), tmp_path / "now.ckpt")
-    ckpt = torch.load(tmp_path / "now.ckpt", weights_only=True)
-    torch.save(ckpt | checkpoint, tmp_path / "now.ckpt")
-    assert GNNRetrieverModule.load_from_checkpoint(tmp_path / "now.ckpt").hparams == module.hparams
-    torch.save(ckpt | {HPARAMS_LAYOUT_KEY: 3}, tmp_path / "future.ckpt")
-    with pytest.raises(CheckpointLayoutError, match="load it with the glmrag version that saved it"):
-        GNNRetrieverModule.load_from_checkpoint(tmp_path / "future.ckpt")
-    torch.save(ckpt | {"hyper_parameters": FLAT_GNN, HPARAMS_LAYOUT_KEY: 1}, tmp_path / "flat.ckpt")
-    loaded = GNNRetrieverModule.load_from_checkpoint(tmp_path / "flat.ckpt")  # layout 1 saved with its key
-    assert loaded.config == GNNConfig(**GNN_DIMS, use_node_features=True) and same_weights(loaded, module)
+    save(module, dict(module.hparams), tmp_path / "other.ckpt")
+    ckpt = torch.load(tmp_path / "other.ckpt", weights_only=True)
+    torch.save(
+        {k: v for k, v in ckpt.items() if k != HPARAMS_LAYOUT_KEY} | {HPARAMS_LAYOUT_KEY: layout},
+        tmp_path / "other.ckpt",
+    )
+    with pytest.raises(CheckpointLayoutError, match=r"other.ckpt: .*layout.*this glmrag reads layout 2 only"):
+        GNNRetrieverModule.load_from_checkpoint(tmp_path / "other.ckpt")
+
+
+def test_the_models_a_checkpoint_names():
+    glm = tiny_glm()
+    expected = {"embed_model": "offline:all-MiniLM-L6-v2", "glm.t5": "t5-base", "glm.tokenizer": DEFAULT_MODEL}
+    assert named_models(dict(glm.hparams)) == expected
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -0.5, "0.3", True])

@@ -401,6 +401,7 @@ def test_inference_mode_graphs_are_cached_too():
 def test_a_checkpoint_from_before_the_setting_loads_with_the_fused_default(tmp_path, make_graph):
     import lightning
 
+    from glmrag.models.checkpointing import HPARAMS_LAYOUT, HPARAMS_LAYOUT_KEY
     from glmrag.models.gnn_module import GNNRetrieverModule
 
     torch.manual_seed(0)
@@ -408,6 +409,7 @@ def test_a_checkpoint_from_before_the_setting_loads_with_the_fused_default(tmp_p
     module = GNNRetrieverModule(gnn=gnn)
     hparams = dict(module.hparams)
     ckpt = {"state_dict": module.state_dict(), "pytorch-lightning_version": lightning.__version__}
+    ckpt[HPARAMS_LAYOUT_KEY] = HPARAMS_LAYOUT
     torch.save(ckpt | {"hyper_parameters": hparams | {"gnn": gnn}}, tmp_path / "old.ckpt")  # no aggregation key
     mat = hparams | {"gnn": gnn | {"aggregation": "materialized"}}
     torch.save(ckpt | {"hyper_parameters": mat}, tmp_path / "mat.ckpt")
