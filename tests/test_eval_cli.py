@@ -266,7 +266,7 @@ def test_a_checkpoint_system_is_named_by_its_run(tmp_path):
     from glmrag.jobs.evaluate import checkpoint_name, system_names, with_system_names
 
     ckpt = tmp_path / "epoch03-recall2_0.3000.ckpt"
-    torch.save({"callbacks": {"RunName": {"run_name": "gnn-musique100"}}}, ckpt)
+    torch.save({"callbacks": {"RunConfig": {"run_name": "gnn-musique100"}}}, ckpt)
     cfg = compose_config("eval", ["retriever=[checkpoint,ppr]", f"ckpt_path={ckpt}", "reference=checkpoint"])
     named = with_system_names(cfg)
     assert list(named.retriever) == ["gnn-musique100", "ppr"] and named.reference == "gnn-musique100"

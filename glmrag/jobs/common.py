@@ -1,10 +1,11 @@
 """What the jobs share: composing a job config, the command-line overrides, the resolved config as YAML, and
-the run name a checkpoint carries.
+the run name and config a checkpoint carries.
 
 :func:`compose_config` is how the training job builds its evaluation (``configs/eval.yaml`` with values set),
 so both jobs read one evaluation schema; :func:`hydra_overrides` and :func:`resolved_config_yaml` describe a run
-for the results store (:mod:`glmrag.eval.store`); :class:`RunName` writes into every checkpoint the run name the
-evaluation job labels it by (:func:`checkpoint_run_name`).
+for the results store (:mod:`glmrag.eval.store`); :class:`RunConfig` writes into every checkpoint the run name the
+evaluation job labels it by (:func:`checkpoint_run_name`) and the resolved config a resume is checked against
+(:func:`check_resume_config`).
 """
 
 from __future__ import annotations
@@ -56,24 +57,96 @@ def resolved_config_yaml(cfg: DictConfig) -> str:
     )
 
 
-class RunName(Callback):
-    """The training run's name, saved in every checkpoint it writes (under the state key ``RunName``)."""
+RESUME_MAY_CHANGE = (
+    "trainer.max_epochs",
+    "trainer.max_steps",
+    "trainer.max_time",
+    "trainer.enable_progress_bar",
+    "trainer.default_root_dir",
+    "ckpt_path",
+    "model.init_from",
+    "logger",
+    "callbacks",
+    "run_name",
+    "run_id",
+    "output_dir",
+    "checkpoint_dir",
+    "results_dir",
+    "study",
+    "quiet",
+    "test",
+    "evaluate",
+    "eval_data",
+    "eval_split",
+    "baselines",
+    "ks",
+    "n_boot",
+    "allow_train_overlap",
+    "strict_overlap",
+)
+"""The keys (and nodes) a resumed run may set otherwise than the run it resumes: how long it trains, where it
+writes, logs and checkpoints (the callbacks observe the training), and what is reported after training; the
+weights come from the checkpoint, not ``model.init_from``. Any other difference is refused (:func:`check_resume_config`)."""
 
-    def __init__(self, run_name: str) -> None:
-        self.run_name = run_name
+
+class RunConfig(Callback):
+    """The training run's name and resolved config (:func:`resolved_config_yaml`), saved in every checkpoint it
+    writes (under the state key ``RunConfig``)."""
+
+    def __init__(self, run_name: str, config_yaml: str) -> None:
+        self.run_name, self.config_yaml = run_name, config_yaml
 
     def state_dict(self) -> dict[str, Any]:
-        return {"run_name": self.run_name}
+        return {"run_name": self.run_name, "config": self.config_yaml}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Nothing: a resumed run keeps its own name."""
+        """Nothing: a resumed run keeps its own name and config (checked by :func:`check_resume_config`)."""
 
 
-def checkpoint_run_name(ckpt_path: str | Path) -> str | None:
-    """The run name :class:`RunName` saved in a checkpoint; None for a checkpoint without it (or no checkpoint)."""
+def _run_state(ckpt_path: str | Path) -> dict[str, Any]:
+    """:class:`RunConfig`'s state in a checkpoint; {} for a checkpoint without it (or no readable checkpoint)."""
     try:
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):  # the retriever's loader names the problem
-        return None
-    name = ckpt.get("callbacks", {}).get(RunName.__qualname__, {}).get("run_name")
+        return {}
+    return dict(ckpt.get("callbacks", {}).get(RunConfig.__qualname__) or {})
+
+
+def checkpoint_run_name(ckpt_path: str | Path) -> str | None:
+    """The run name :class:`RunConfig` saved in a checkpoint; None for a checkpoint without it (or no checkpoint)."""
+    name = _run_state(ckpt_path).get("run_name")
     return str(name) if name else None
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict) and node:
+        return {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): node}
+
+
+def check_resume_config(cfg: DictConfig, ckpt_path: str | Path) -> None:
+    """Raise :class:`~glmrag.jobs.config_check.ConfigError` when ``cfg`` differs from the config saved in the
+    checkpoint it resumes in a key a resume may not change (:data:`RESUME_MAY_CHANGE`), naming each key with its
+    two values; a checkpoint that saved no config is refused too, since nothing could be checked."""
+    from glmrag.jobs.config_check import ConfigError
+
+    saved = _run_state(ckpt_path).get("config")
+    if not isinstance(saved, str):
+        raise ConfigError(
+            f"ckpt_path={ckpt_path}: the checkpoint records no run config, so a resume cannot be checked against "
+            "it; start a new run and pass it as model.init_from=<checkpoint> to begin from its weights"
+        )
+    before, now = (_flat(OmegaConf.to_container(OmegaConf.create(text))) for text in (saved, resolved_config_yaml(cfg)))
+    allowed = tuple(RESUME_MAY_CHANGE)
+    differ = [
+        f"{key}: {before.get(key, '<unset>')!r} in the checkpoint, {now.get(key, '<unset>')!r} now"
+        for key in sorted(set(before) | set(now))
+        if before.get(key) != now.get(key) and not any(key == a or key.startswith(f"{a}.") for a in allowed)
+    ]
+    if differ:
+        raise ConfigError(
+            f"ckpt_path={ckpt_path}: a resume must train what the checkpoint trained, but "
+            + "; ".join(differ)
+            + ". Resume with the checkpoint's values, or start a new run (no ckpt_path; model.init_from=<checkpoint>"
+            " begins from its weights). A resume may change only: " + ", ".join(RESUME_MAY_CHANGE)
+        )

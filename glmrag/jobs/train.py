@@ -31,7 +31,7 @@ from glmrag.eval import EvalResult
 from glmrag.eval.store import run_record, write_run
 from glmrag.index.embed import Embedder
 from glmrag.io import check_room, children_die_with_parent, local_checkpoint
-from glmrag.jobs.common import RunName, compose_config, hydra_overrides, resolved_config_yaml
+from glmrag.jobs.common import RunConfig, check_resume_config, compose_config, hydra_overrides, resolved_config_yaml
 from glmrag.jobs.config_check import ConfigError, validate_train_config
 from glmrag.jobs.evaluate import run_eval  # the hand-off: the evaluation job's entry, nothing else of it
 from glmrag.jobs.launch import job_processes
@@ -228,7 +228,8 @@ def fit(cfg: DictConfig, loggers: list[Logger], measure_start: bool = False) -> 
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.datamodule)
     model: L.LightningModule = hydra.utils.instantiate(cfg.model, kgs=datamodule)  # its KGs: the DataModule's
     start = StartScore()
-    callbacks: list[Callback] = [*_instantiate_all(cfg.get("callbacks")), start, RunName(cfg.run_name)]
+    run = RunConfig(cfg.run_name, resolved_config_yaml(cfg))
+    callbacks: list[Callback] = [*_instantiate_all(cfg.get("callbacks")), start, run]
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     for logger in loggers:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
@@ -240,13 +241,15 @@ def fit(cfg: DictConfig, loggers: list[Logger], measure_start: bool = False) -> 
 
 
 def checkpoint_to_resume(cfg: DictConfig, model: L.LightningModule) -> str | None:
-    """``cfg.ckpt_path`` as a readable local file whose architecture is ``model``'s (a named error, not
-    torch's size-mismatch trace); None for a fresh run. Loaded weights-only: a checkpoint is data, never code
-    (:func:`~glmrag.io.local_checkpoint` refuses URLs, which Lightning would unpickle)."""
+    """``cfg.ckpt_path`` as a readable local file, saved by a run of the same config (but the keys a resume
+    may change: :func:`~glmrag.jobs.common.check_resume_config`) and whose architecture is ``model``'s (a named
+    error, not torch's size-mismatch trace); None for a fresh run. Loaded weights-only: a checkpoint is data,
+    never code (:func:`~glmrag.io.local_checkpoint` refuses URLs, which Lightning would unpickle)."""
     if not (path := cfg.get("ckpt_path")):
         return None
     resume = str(readable_checkpoint(local_checkpoint(path)))
     check_architecture(model, resume)
+    check_resume_config(cfg, resume)
     return resume
 
 
