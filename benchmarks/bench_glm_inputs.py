@@ -1,18 +1,15 @@
 """GLM input pipeline on the CPU: questions/s per core, from a question to a padded batch, on real graphs.
 
-Three paths, per dataset and triplet budget (GLM-RAG App. C: 2 hops; 600 triplets is the paper's budget):
+Two paths, per dataset and triplet budget (GLM-RAG App. C: 2 hops; 600 triplets is the paper's budget):
 
 - **full**: select the subgraph, tokenise it (``question_record``: select + tokenise), expand its
   positions and pad it (``GLMCollate``, batch 2 as GLM-RAG Table 14), one thread, in this process. This is
   what ``prepare_data`` plus the per-batch collate cost together.
-- **stream**: the records written once to Parquet shards (``write_split``), then read back and collated
-  by ``SubgraphDataModule``'s loader (``RankStream`` + ``StreamBatchSampler`` + ``GLMCollate``) with 0, 1
-  or 2 DataLoader workers: what each training epoch costs. Measured twice: positions computed per batch
-  (the default) and positions stored in the shards (``precompute_positions``), whose shard bytes are
-  reported too.
-- **litdata**: the same records written once as LitData chunks of the same size (``write_chunk_split``, one
-  writer, so the chunks are the shards) and streamed the same way from their local folder (``ChunkShards``):
-  the ``datamodule.store=litdata`` path.
+- **stream**: the records written once as LitData chunks of 256 (``write_chunk_split``, one writer), then
+  read back from their local folder (``ChunkShards``) and collated by ``SubgraphDataModule``'s loader
+  (``RankStream`` + ``StreamBatchSampler`` + ``GLMCollate``) with 0, 1 or 2 DataLoader workers: what each
+  training epoch costs. Measured twice: positions computed per batch (the default) and positions stored in
+  the chunks (``precompute``), whose chunk bytes are reported too.
 
 Rates per core are per CPU second (the machine is shared, so wall time would count other jobs): of this
 process for **full** (``time.process_time``), and of this process plus its DataLoader workers for
@@ -51,8 +48,8 @@ from glmrag.index.cache import get_index
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.models.chunk_records import ChunkShards
 from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
-from glmrag.models.shard_stream import ParquetShards, RankStream, Shards, StreamBatchSampler
-from glmrag.models.subgraph_data import write_chunk_split, write_split
+from glmrag.models.shard_stream import RankStream, StreamBatchSampler
+from glmrag.models.subgraph_data import write_chunk_split
 
 EXTRACTORS = {"musique100": "openie", "2wiki_test": "spacy"}
 BATCH = 2  # GLM-RAG Table 14
@@ -87,7 +84,7 @@ def full_path(index, questions, tokenizer, settings, name: str) -> tuple[float, 
     return time.process_time() - start, records
 
 
-def stream_path(shards: Shards, workers: int) -> tuple[float, float]:
+def stream_path(shards: ChunkShards, workers: int) -> tuple[float, float]:
     """Wall seconds and CPU seconds (this process plus its DataLoader workers, :func:`children_cpu`) to read and
     collate one epoch of the shards with ``workers`` workers (warm: after one epoch that starts them)."""
     stream = RankStream(shards, BATCH, readers=max(1, workers))
@@ -186,27 +183,23 @@ def main() -> None:
                 "full_qps_per_core": round(len(questions) / statistics.median(times), 1),
             }
             with tempfile.TemporaryDirectory() as tmp:
-                meta = write_split(Path(tmp) / "plain", iter(records), 256, {})
-                parquet = _parquet_shards(Path(tmp) / "plain", meta)
-                write_chunk_split(Path(tmp) / "chunks", records.__getitem__, len(records), 256, 1, {})
-                for store, shards in (("stream", parquet), ("litdata", ChunkShards([str(Path(tmp) / "chunks")]))):
-                    for workers in args.workers:
-                        wall, cpu = (
-                            statistics.median(t)
-                            for t in zip(*(stream_path(shards, workers) for _ in reps), strict=True)
-                        )
-                        row[f"{store}_qps_w{workers}"] = round(len(questions) / wall, 1)
-                        row[f"{store}_qps_per_core_w{workers}"] = round(len(questions) / cpu, 1)
+                shards = _chunks(Path(tmp) / "plain", records)
+                for workers in args.workers:
+                    wall, cpu = (
+                        statistics.median(t) for t in zip(*(stream_path(shards, workers) for _ in reps), strict=True)
+                    )
+                    row[f"stream_qps_w{workers}"] = round(len(questions) / wall, 1)
+                    row[f"stream_qps_per_core_w{workers}"] = round(len(questions) / cpu, 1)
                 few = questions[: args.precompute_questions]
                 stored = SubgraphSettings(max_triplets=budget, precompute=True)
                 emb = np.zeros(384, dtype=np.float32)
                 kept = [question_record(index, q, name, tokenizer, stored, emb) for q in few]
-                meta = write_split(Path(tmp) / "stored", iter(kept), 256, {})
-                size = sum((Path(tmp) / "stored" / s["file"]).stat().st_size for s in meta["shards"])
-                seconds = statistics.median(
-                    stream_path(_parquet_shards(Path(tmp) / "stored", meta), 0)[1] for _ in reps
+                precomputed = _chunks(Path(tmp) / "stored", kept)
+                size = sum(p.stat().st_size for p in (Path(tmp) / "stored").glob("*.bin"))
+                seconds = statistics.median(stream_path(precomputed, 0)[1] for _ in reps)
+                plain = statistics.median(
+                    stream_path(_chunks(Path(tmp) / "computed", records[: len(few)]), 0)[1] for _ in reps
                 )
-                plain = statistics.median(stream_path(_plain_shards(tmp, records[: len(few)]), 0)[1] for _ in reps)
                 row["precomputed_stream_qps_w0"] = round(len(few) / seconds, 1)
                 row["computed_stream_qps_w0_same_questions"] = round(len(few) / plain, 1)
                 row["precomputed_mib_per_question"] = round(size / len(few) / 2**20, 2)
@@ -225,34 +218,28 @@ def main() -> None:
     print(_markdown(rows))
 
 
-def _parquet_shards(folder: Path, meta: dict) -> ParquetShards:
-    return ParquetShards([str(folder / s["file"]) for s in meta["shards"]], [s["count"] for s in meta["shards"]])
-
-
-def _plain_shards(tmp: str, records: list[dict]) -> ParquetShards:
-    """The same questions' records without stored positions, in one shard (for the like-for-like ratio)."""
-    folder = Path(tmp) / f"plain-{len(records)}"
+def _chunks(folder: Path, records: list[dict]) -> ChunkShards:
+    """``records`` as LitData chunks of 256 in ``folder`` (written by one process the first time)."""
     if not folder.exists():
-        write_split(folder, iter(records), len(records), {})
-    return ParquetShards([str(folder / "shard-00000.parquet")], [len(records)])
+        write_chunk_split(folder, records.__getitem__, len(records), 256, 1, {})
+    return ChunkShards([str(folder)])
 
 
 def _markdown(rows: list[dict]) -> str:
     lines = [
         "| dataset | triplets | tokens | full q/s/core | stream q/s/core w0 / w1 / w2 (wall q/s) | "
-        "LitData chunks, same | stored positions: q/s w0 vs computed, MiB/question |",
-        "|---|---|---|---|---|---|---|",
+        "stored positions: q/s w0 vs computed, MiB/question |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rows:
-        stream, litdata = (
-            " / ".join(f"{r.get(f'{s}_qps_per_core_w{w}', '-')} ({r.get(f'{s}_qps_w{w}', '-')})" for w in (0, 1, 2))
-            for s in ("stream", "litdata")
+        stream = " / ".join(
+            f"{r.get(f'stream_qps_per_core_w{w}', '-')} ({r.get(f'stream_qps_w{w}', '-')})" for w in (0, 1, 2)
         )
         stored = (
             f"{r['precomputed_stream_qps_w0']} vs {r['computed_stream_qps_w0_same_questions']}, "
             f"{r['precomputed_mib_per_question']}"
         )
-        cells = [r["dataset"], r["triplets"], r["mean_tokens"], r["full_qps_per_core"], stream, litdata, stored]
+        cells = [r["dataset"], r["triplets"], r["mean_tokens"], r["full_qps_per_core"], stream, stored]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
 

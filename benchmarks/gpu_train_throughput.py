@@ -13,7 +13,7 @@ Data (``--data``):
 
 - a registry dataset with OpenIE triples (default ``musique100``, the embedded MuSiQue-100): the whole
   training job (:func:`glmrag.jobs.train.fit`: its DataModule builds the KG index and the subgraph
-  shards, which needs spaCy and the offline MiniLM);
+  chunks, which needs spaCy and the offline MiniLM);
 - ``synthetic`` (GLM only): no index build, no spaCy, no model files, so it runs on a bare GPU machine
   (``benchmarks/gpu_check.sh``). A power-law KG of the 2Wiki test KG's size
   (:func:`glmrag.index.synthetic.power_law_index`; GLM-RAG Table 11) whose entity and relation names are
@@ -22,7 +22,7 @@ Data (``--data``):
   questions with 1-4 random seeds and gold passages that mention a neighbour of a seed; random question
   embeddings. The experiment's model, subgraph settings (:func:`question_record`), collate
   (:class:`GLMCollate`, in ``--workers`` DataLoader workers), optimizer and Trainer are the training
-  job's; only the records come from memory instead of Parquet shards. The JSON records the token counts.
+  job's; only the records come from memory instead of LitData chunks. The JSON records the token counts.
 
 Systems (``--systems``):
 

@@ -86,7 +86,8 @@ RESUME_MAY_CHANGE = (
 )
 """The keys (and nodes) a resumed run may set otherwise than the run it resumes: how long it trains, where it
 writes, logs and checkpoints (the callbacks observe the training), and what is reported after training; the
-weights come from the checkpoint, not ``model.init_from``. Any other difference is refused (:func:`check_resume_config`)."""
+weights come from the checkpoint, not ``model.init_from``. Any other difference is refused
+(:func:`check_resume_config`)."""
 
 
 class RunConfig(Callback):

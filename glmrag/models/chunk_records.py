@@ -4,6 +4,9 @@ LitData (``litdata``, Lightning's streaming library) stores the records: :func:`
 ``optimize`` (one process per worker, chunks of ``chunk_size`` records, an ``index.json``), and
 :class:`ChunkShards` reads them through its ``StreamingDataset``, from a local folder or from object storage
 by URL (``s3://``, ``gs://``, ``azure://``; chunks are downloaded to a local cache as they are needed).
+LitData's index records each chunk's size, not a checksum, and its reader checks only that a chunk file is
+that large: :func:`write_chunks` adds each chunk file's SHA-256 to ``index.json``, and :class:`ChunkShards`
+checks a chunk file against it before the chunk's first record is decoded in a process.
 
 Which records a rank and a DataLoader worker read stays with
 :class:`~glmrag.models.shard_stream.RankStream`, the chunks being its shards. LitData's own sampler is not
@@ -15,6 +18,7 @@ equal batch counts on every rank (pads, ``real=False``) and the exact mid-epoch 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
@@ -27,7 +31,7 @@ from urllib.parse import urlparse
 import numpy as np
 import torch
 
-from glmrag.io import cache_root
+from glmrag.io import atomic_write_text, cache_root
 
 JSON_FIELDS = ("gold",)
 """Record fields of variable-length Python lists, stored as JSON text: LitData flattens a record into one
@@ -64,8 +68,9 @@ def write_chunks(
     output_dir: str | Path, make: Callable[[int], Mapping[str, Any]], count: int, chunk_size: int, num_workers: int
 ) -> list[dict[str, Any]]:
     """Write records ``make(0)``, ..., ``make(count - 1)`` as LitData chunks into ``output_dir`` (an empty
-    folder) with LitData's ``optimize`` in ``num_workers`` processes; returns the chunks (``file``, ``count``)
-    in ``index.json`` order, which is the records' order (``keep_data_ordered``)."""
+    folder) with LitData's ``optimize`` in ``num_workers`` processes, then each chunk file's SHA-256 into
+    ``index.json``; returns the chunks (:func:`chunk_list`) in ``index.json`` order, which is the records'
+    order (``keep_data_ordered``)."""
     from litdata import optimize
 
     if chunk_size < 1 or num_workers < 1:
@@ -95,13 +100,27 @@ def write_chunks(
             random.setstate(streams[0])
             np.random.set_state(streams[1])
             torch.set_rng_state(streams[2])
-    return chunk_list(output_dir) if count else []
+    if not count:
+        return []
+    index = json.loads((Path(output_dir) / INDEX).read_text())
+    for chunk in index["chunks"]:
+        chunk["sha256"] = sha256(Path(output_dir) / chunk["filename"])
+    atomic_write_text(Path(output_dir) / INDEX, json.dumps(index, sort_keys=True))
+    return chunk_list(output_dir)
+
+
+def sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def chunk_list(folder: str | Path) -> list[dict[str, Any]]:
-    """The chunks (``file``, ``count``) of a local chunk folder's ``index.json``, in order."""
+    """The chunks (``file``, ``count``, ``sha256``) of a local chunk folder's ``index.json``, in order."""
     index = json.loads((Path(folder) / INDEX).read_text())
-    return [{"file": chunk["filename"], "count": int(chunk["chunk_size"])} for chunk in index["chunks"]]
+    return [
+        {"file": chunk["filename"], "count": int(chunk["chunk_size"]), "sha256": chunk.get("sha256")}
+        for chunk in index["chunks"]
+    ]
 
 
 class ChunkShards:
@@ -110,7 +129,8 @@ class ChunkShards:
 
     ``storage_options`` go to LitData's client (for S3, boto3's: ``endpoint_url`` for an S3-compatible
     server); ``cache_dir`` is where remote chunks are downloaded (:func:`default_chunk_cache`). Each process
-    opens its own ``StreamingDataset``s (a DataLoader worker does not reuse its parent's).
+    opens its own ``StreamingDataset``s (a DataLoader worker does not reuse its parent's) and checks each
+    chunk it reads once (:meth:`check`).
     """
 
     def __init__(
@@ -120,33 +140,34 @@ class ChunkShards:
         self.storage_options = dict(storage_options or {})
         self.cache_dir = cache_dir or default_chunk_cache()
         self._datasets: dict[int, Any] = {}
+        self._checked: set[int] = set()
         self._pid = os.getpid()
         self.counts: list[int] = []
-        self._chunks: list[tuple[int, int]] = []
-        """Shard -> (location, index of its first record in that location's dataset)."""
+        self._chunks: list[tuple[int, int, dict[str, Any]]] = []
+        """Shard -> (location, index of its first record in that location's dataset, its chunk_list entry)."""
         for i in range(len(self.locations)):
             first = 0
             for chunk in chunk_list(self.dataset(i).input_dir.path):  # the index LitData fetched
-                self._chunks.append((i, first))
+                self._chunks.append((i, first, chunk))
                 self.counts.append(chunk["count"])
                 first += chunk["count"]
 
     def location_counts(self) -> list[int]:
         """The number of records at each of :attr:`locations`."""
         counts = [0] * len(self.locations)
-        for (location, _), count in zip(self._chunks, self.counts, strict=True):
+        for (location, _, _), count in zip(self._chunks, self.counts, strict=True):
             counts[location] += count
         return counts
 
     def __getstate__(self) -> dict[str, Any]:
-        return self.__dict__ | {"_datasets": {}}  # each process opens its own
+        return self.__dict__ | {"_datasets": {}, "_checked": set()}  # each process opens and checks its own
 
     def dataset(self, i: int) -> Any:
         """The ``StreamingDataset`` of location ``i`` in this process."""
         from litdata import StreamingDataset
 
         if self._pid != os.getpid():  # a forked worker: its parent's datasets hold the parent's clients
-            self._datasets, self._pid = {}, os.getpid()
+            self._datasets, self._checked, self._pid = {}, set(), os.getpid()
         if i not in self._datasets:
             use_plain_http_endpoints()
             location = self.locations[i]
@@ -168,14 +189,33 @@ class ChunkShards:
             self._datasets[i]._on_demand_bytes = False
         return self._datasets[i]
 
+    def check(self, shard: int) -> None:
+        """Raise an OSError naming chunk ``shard``'s file unless that file has the SHA-256 written with it; once
+        per process. A chunk of a URL not fetched yet is checked at the next call, after LitData's read."""
+        if shard in self._checked:
+            return
+        location, _, chunk = self._chunks[shard]
+        path = Path(self.dataset(location).input_dir.path) / chunk["file"]
+        if "://" in self.locations[location] and not path.exists():
+            return
+        if not path.is_file() or sha256(path) != chunk["sha256"]:
+            raise OSError(
+                f"{path}: chunk missing, truncated or corrupt (its SHA-256 is not the one {INDEX} records): delete "
+                f"the split folder {self.locations[location]} and write it again"
+            )
+        self._checked.add(shard)
+
     def rows(self, shard: int, start: int, stop: int) -> Iterator[dict[str, Any]]:
-        location, first = self._chunks[shard]
+        location, first, _ = self._chunks[shard]
         stop = min(stop, self.counts[shard])
         if start >= stop:
             return
         dataset = self.dataset(location)
+        self.check(shard)  # a local chunk, before LitData reads it
         for row in range(first + start, first + stop):  # not a slice: LitData clips one to this rank's share
-            yield decode(dataset[row])
+            item = dataset[row]
+            self.check(shard)  # a chunk of a URL, once LitData's read has fetched it
+            yield decode(item)
 
 
 def split_location(folder: Path, written_to: Path, records_url: str | None) -> str:

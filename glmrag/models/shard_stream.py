@@ -3,51 +3,28 @@
 :class:`RankStream` cuts an epoch's records into one contiguous part per (rank, DataLoader worker), so
 each worker reads only its own shards; :class:`StreamBatchSampler` hands the epoch to (persistent)
 workers. Every reader yields the same number of batches, or DDP would hang at the epoch's end. The shards
-are :class:`Shards`: Parquet files (:class:`ParquetShards`) or LitData chunks in a local folder or object
-storage (:class:`~glmrag.models.chunk_records.ChunkShards`). :mod:`glmrag.models.subgraph_data` writes
-the shards and builds the loaders.
+are LitData chunks in a local folder or object storage (:class:`~glmrag.models.chunk_records.ChunkShards`);
+:mod:`glmrag.models.subgraph_data` writes them and builds the loaders.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 from torch.utils.data import DistributedSampler
 
 from glmrag.models.resumable import ResumableSampler
 
 
-class Shards(Protocol):
-    """Records stored in shards: ``counts[i]`` records in shard ``i``, read by row range."""
-
-    counts: list[int]
-
-    def rows(self, shard: int, start: int, stop: int) -> Iterator[dict[str, Any]]:
-        """Records ``start:stop`` of shard ``shard``, in their stored order."""
-        ...
-
-
-class ParquetShards:
-    """:class:`Shards` in Parquet files (:func:`~glmrag.models.subgraph_data.write_split`)."""
-
-    def __init__(self, files: Sequence[str], counts: Sequence[int]) -> None:
-        if len(files) != len(counts):
-            raise ValueError(f"{len(files)} shard files but {len(counts)} shard counts")
-        self.files, self.counts = list(files), [int(c) for c in counts]
-
-    def rows(self, shard: int, start: int, stop: int) -> Iterator[dict[str, Any]]:
-        return read_rows(self.files[shard], start, stop)
-
-
 class RankStream(torch.utils.data.Dataset):
     """The batches of one rank over record shards: ``stream[(epoch, b)]`` -> list of records (batch ``b``).
 
+    ``shards`` holds ``shards.counts[i]`` records in shard ``i`` and reads records ``start:stop`` of shard ``i``
+    in their stored order as ``shards.rows(i, start, stop)`` (:class:`~glmrag.models.chunk_records.ChunkShards`).
     Each epoch the shards are ordered (shuffled per epoch when ``shuffle``) and their records, in that
     order, cut into ``world_size x readers`` contiguous parts of sizes differing by at most one. Rank
     ``r`` owns parts ``r * readers + w`` (``w < readers``, one per DataLoader worker), and reader ``w``
@@ -62,7 +39,7 @@ class RankStream(torch.utils.data.Dataset):
 
     def __init__(
         self,
-        shards: Shards,
+        shards: Any,
         batch_size: int,
         rank: int = 0,
         world_size: int = 1,
@@ -160,26 +137,6 @@ class RankStream(torch.utils.data.Dataset):
             next(batches)
         self._live[reader] = (epoch, batches, local + 1)
         return next(batches)
-
-
-def read_rows(file: str, start: int, stop: int) -> Iterator[dict[str, Any]]:
-    """Rows ``start:stop`` of a Parquet shard as dicts: numeric list columns as NumPy views, the rest as Python."""
-    table = pq.read_table(file)
-    columns: dict[str, Any] = {}
-    for name in table.column_names:
-        column = table.column(name).combine_chunks()
-        kind = column.type
-        if pa.types.is_list(kind) and (pa.types.is_integer(kind.value_type) or pa.types.is_floating(kind.value_type)):
-            offsets = column.offsets.to_numpy()
-            values = column.values.to_numpy(zero_copy_only=False)
-            columns[name] = (offsets, values)
-        else:
-            columns[name] = column.to_pylist()
-    for i in range(start, min(stop, table.num_rows)):
-        yield {
-            name: value[1][value[0][i] : value[0][i + 1]] if isinstance(value, tuple) else value[i]
-            for name, value in columns.items()
-        }
 
 
 class StreamBatchSampler(ResumableSampler, DistributedSampler):

@@ -1,12 +1,13 @@
-"""Question subgraphs for the GLM retriever, tokenised once into Parquet shards and streamed per epoch.
+"""Question subgraphs for the GLM retriever, tokenised once into LitData chunks and streamed per epoch.
 
 :class:`SubgraphDataModule` serves the batches of :class:`~glmrag.models.glm_inputs.GLMCollate` (the batch
 contract). The GLM reads one budgeted subgraph per question, so a batch may mix KGs. ``prepare_data``
-writes each dataset's split once as ``<cache_dir>/<key>/<dataset>/<split>/shard-*.parquet`` + ``meta.json``
-(:func:`write_split`; ``key`` from :func:`split_key`); a folder without ``meta.json`` is rebuilt, never read.
-``setup`` loads the KG indexes (held in memory by every process) and the ``meta.json`` files;
-:mod:`glmrag.models.shard_stream` streams the records per rank and worker. ``subgraph.precompute`` stores
-the ``(L, L)`` positions in the shards instead of expanding them per batch.
+writes each dataset's split once as LitData chunks + ``meta.json`` into ``<cache_dir>/<key>/<dataset>/<split>``
+(:func:`write_chunk_split`; ``key`` from :func:`split_key`); a folder without ``meta.json`` is rebuilt, never
+read. ``setup`` loads the KG indexes (held in memory by every process) and the ``meta.json`` files;
+:mod:`glmrag.models.shard_stream` streams the records per rank and worker, from ``cache_dir`` or from object
+storage (``records_url``; :mod:`glmrag.models.chunk_records`). ``subgraph.precompute`` stores the ``(L, L)``
+positions in the chunks instead of expanding them per batch.
 ``batch_size`` is the GLOBAL batch (GLM-RAG Table 14), split evenly over devices.
 """
 
@@ -17,12 +18,10 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 from torch.utils.data import DataLoader
 
@@ -32,28 +31,20 @@ from glmrag.index.cache import get_index
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.index.store import content_manifest
-from glmrag.io import atomic_write_bytes, atomic_write_text, cache_root, plain_container, temporary_sibling
+from glmrag.io import atomic_write_text, cache_root, plain_container, temporary_sibling
 from glmrag.models.chunk_records import ChunkShards, open_splits, split_location, write_chunks
-from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record, record_schema
+from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
 from glmrag.models.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
 from glmrag.models.kg_datamodule import KGDataModule, check_counts, settings_from
 from glmrag.models.resumable import ResumableLoader, trained_batches
-from glmrag.models.shard_stream import ParquetShards, RankStream, Shards, StreamBatchSampler
-from glmrag.progress import progress
+from glmrag.models.shard_stream import RankStream, StreamBatchSampler
 
 log = logging.getLogger(__name__)
 
-RECORDS_FORMAT = 2
-"""Version of the stored records; bump it when :func:`question_record` or the schema changes."""
+RECORDS_FORMAT = 3
+"""Version of the stored records; bump it when :func:`question_record` or how chunks are written changes."""
 META = "meta.json"
 SPLIT_NAMES = ("train_split", "val_split", "test_split")
-STORES = {"parquet": "glm_subgraphs", "litdata": "glm_chunks"}
-"""How the records are stored -> the folder of ``$GLMRAG_CACHE_DIR`` that holds them by default."""
-
-
-def default_cache_dir(store: str = "parquet") -> str:
-    """``$GLMRAG_CACHE_DIR/glm_subgraphs`` (Parquet shards) or ``.../glm_chunks`` (LitData chunks)."""
-    return str(cache_root() / STORES[store])
 
 
 # --- the stored splits ------------------------------------------------------------------------------
@@ -67,10 +58,13 @@ def split_key(
     embed_model: str,
     question_ids: Sequence[str],
     drop_untargeted: bool,
+    shard_size: int,
+    write_workers: int,
 ) -> str:
     """``<settings.key()>-<hash>``: the hash covers the index's
     :func:`~glmrag.index.store.content_manifest`, the tokenizer's name and vocabulary size, the
-    question encoder, the question ids and whether questions without target entities are dropped."""
+    question encoder, the question ids, whether questions without target entities are dropped, and the
+    records per chunk and writer processes (they cut the chunks, and the chunks the shuffled order)."""
     parts = [
         RECORDS_FORMAT,
         content_manifest(index.manifest),
@@ -79,8 +73,11 @@ def split_key(
         vocab_size,
         embed_model,
         list(question_ids),
+        drop_untargeted,
+        shard_size,
+        write_workers,
     ]
-    digest = hashlib.sha256(json.dumps([*parts, drop_untargeted], sort_keys=True, default=str).encode())
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode())
     return f"{settings.key()}-{digest.hexdigest()[:12]}"
 
 
@@ -114,43 +111,6 @@ class RecordStats:
         counts["total_tokens"] += int(record["num_tokens"])
 
 
-def write_split(folder: str | Path, records: Iterable[Mapping[str, Any]], shard_size: int, meta: dict) -> dict:
-    """Write ``records`` as Parquet shards of ``shard_size`` and then ``meta.json`` into ``folder``.
-
-    Records are consumed as a stream: at most one shard is held in memory. The folder appears under its
-    final name only complete (:func:`publish_split`). Returns the meta: ``meta`` plus ``format``, ``count``,
-    ``shards`` (``file``, ``count``) and ``stats``.
-    """
-    if shard_size < 1:
-        raise ValueError(f"shard_size must be >= 1, got {shard_size}")
-    folder, tmp = Path(folder), temporary_sibling(folder)
-    shards: list[dict[str, Any]] = []
-    buffer: list[Mapping[str, Any]] = []
-    stats = RecordStats()
-
-    def flush() -> None:
-        name = f"shard-{len(shards):05d}.parquet"
-        sink = pa.BufferOutputStream()
-        schema = record_schema(precomputed="relative_position" in buffer[0])
-        pq.write_table(pa.Table.from_pylist(list(buffer), schema=schema), sink)
-        atomic_write_bytes(tmp / name, sink.getvalue().to_pybytes())
-        shards.append({"file": name, "count": len(buffer)})
-        buffer.clear()
-
-    try:
-        for record in progress(records, f"subgraph shards ({Path(folder).name})", unit="question"):
-            buffer.append(record)
-            stats.add(record)
-            if len(buffer) == shard_size:
-                flush()
-        if buffer:
-            flush()
-        return publish_split(tmp, folder, meta | {"store": "parquet", "shards": shards, "stats": stats.counts})
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 def write_chunk_split(
     folder: str | Path,
     make: Callable[[int], Mapping[str, Any]],
@@ -162,8 +122,8 @@ def write_chunk_split(
 ) -> dict:
     """Write records ``make(0)``, ..., ``make(count - 1)`` as LitData chunks of ``chunk_size`` into ``folder``
     with LitData's writer in ``workers`` processes (:func:`~glmrag.models.chunk_records.write_chunks`), then
-    ``meta.json`` as :func:`write_split` does (``shards`` are the chunks; ``stats`` of GLM records when
-    ``stats``, none for the GNN's question records)."""
+    ``meta.json`` (:func:`publish_split`; ``shards`` are the chunks, ``stats`` of GLM records when ``stats``,
+    none for the GNN's question records). The folder appears under its final name only complete."""
     folder, tmp = Path(folder), temporary_sibling(folder)
     try:
         chunks = write_chunks(tmp, make, count, chunk_size, workers)
@@ -173,7 +133,7 @@ def write_chunk_split(
             for shard, chunk in enumerate(chunks):
                 for record in written.rows(shard, 0, chunk["count"]):
                     counted.add(record)
-        meta = meta | {"store": "litdata", "shards": chunks} | ({"stats": counted.counts} if stats else {})
+        meta = meta | {"shards": chunks} | ({"stats": counted.counts} if stats else {})
         return publish_split(tmp, folder, meta)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -206,7 +166,7 @@ def subgraph_settings(subgraph: Mapping[str, Any] | None) -> SubgraphSettings:
 
 
 class SubgraphDataModule(KGDataModule):
-    """GLM inputs of one or several KG-indexed datasets, streamed from cached shards (module docstring).
+    """GLM inputs of one or several KG-indexed datasets, streamed from cached chunks (module docstring).
 
     Args:
         datasets, index: as :class:`~glmrag.models.gnn_datamodule.KGQADataModule`.
@@ -217,18 +177,15 @@ class SubgraphDataModule(KGDataModule):
             :class:`~glmrag.models.glm_inputs.SubgraphSettings` (``max_hops``, ``max_triplets``, ``layout``,
             ``use_text``, ``position_mode``, ``seed``, ``question_eos``, ``position_conflict``, ``precompute``)
             as a mapping, missing ones at their defaults; all but ``precompute`` must equal the model's.
-        shard_size: records per shard (Parquet file or LitData chunk).
+        shard_size: records per LitData chunk (part of the split's key, as ``write_workers``: they cut the chunks,
+            and the chunks the shuffled order).
         shuffle_buffer: records in the training shuffle buffer.
-        cache_dir: where the shards are written (None: ``$GLMRAG_CACHE_DIR/glm_subgraphs``, or ``glm_chunks``
-            for ``store="litdata"``).
-        store: ``parquet`` (glmrag's writer) or ``litdata`` (LitData's chunks: written by its parallel writer,
-            readable from object storage; :mod:`glmrag.models.chunk_records`). Both stream through the same
-            :class:`~glmrag.models.shard_stream.RankStream`, so the same records give the same batches.
-        records_url: ``litdata`` only: read the splits from this URL (e.g. ``s3://bucket/glm_chunks``) instead
-            of ``cache_dir``, whose layout (``<key>/<dataset>/<split>``) it mirrors; nothing is written then
-            (copy a ``cache_dir`` there, e.g. ``aws s3 sync``; docs/clusters.md).
+        cache_dir: where the chunks are written (None: ``$GLMRAG_CACHE_DIR/glm_chunks``).
+        records_url: read the splits from this URL (e.g. ``s3://bucket/glm_chunks``) instead of ``cache_dir``,
+            whose layout (``<key>/<dataset>/<split>``) it mirrors; nothing is written then (copy a
+            ``cache_dir`` there, e.g. ``aws s3 sync``; docs/clusters.md).
         storage_options: LitData's client options for ``records_url`` (for S3: boto3's, e.g. ``endpoint_url``).
-        write_workers: processes of LitData's writer (``store="litdata"``).
+        write_workers: processes of LitData's writer (each ends on a chunk of its own).
         questions: the fields of :class:`~glmrag.models.kg_datamodule.QuestionSettings` (root, train_split,
             val_split, test_split, limit, train_fraction, seed, embed_model), as keyword arguments.
     """
@@ -244,7 +201,6 @@ class SubgraphDataModule(KGDataModule):
         shard_size: int = 256,
         shuffle_buffer: int = 1024,
         cache_dir: str | None = None,
-        store: str = "parquet",
         records_url: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
         write_workers: int = 1,
@@ -254,20 +210,16 @@ class SubgraphDataModule(KGDataModule):
         datasets, index, questions = self.plain_arguments(datasets, index, questions)
         counts = {"batch_size": batch_size, "shard_size": shard_size, "shuffle_buffer": shuffle_buffer}
         check_counts(("num_workers",), **counts, num_workers=num_workers, write_workers=write_workers)
-        if store not in STORES:
-            raise ValueError(f"datamodule.store must be one of {sorted(STORES)}, got {store!r}")
-        if records_url is not None and store != "litdata":
-            raise ValueError(f"datamodule.records_url={records_url!r} needs datamodule.store=litdata, not {store!r}")
         self.settings = subgraph_settings(subgraph)
         subgraph = self.settings.as_dict()  # every field, plain, in the hyper-parameters
         storage_options = plain_container(storage_options or {})
         self.save_hyperparameters(logger=False)
-        self.cache_dir = Path(cache_dir or default_cache_dir(store))
+        self.cache_dir = Path(cache_dir or cache_root() / "glm_chunks")
         self.batch_size_per_device = batch_size
         self.indexes: dict[str, KGIndex] = {}
         self.splits: dict[str, list[dict[str, Any]]] = {}
         """Split name -> the ``meta.json`` of each dataset's folder, with its ``folder`` added."""
-        self.shards: dict[str, Shards] = {}
+        self.shards: dict[str, ChunkShards] = {}
         """Split name -> the records of all its datasets, in order."""
 
     # -- the cache --
@@ -282,11 +234,12 @@ class SubgraphDataModule(KGDataModule):
             questions = self.split_questions(name, split_name)
             train = split_name == "train_split"
             ids = [q.id for q in questions]
-            key = split_key(index, self.settings, hp.tokenizer, vocab_size, hp.embed_model, ids, drop_untargeted=train)
+            chunking = hp.shard_size, hp.write_workers
+            key = split_key(index, self.settings, hp.tokenizer, vocab_size, hp.embed_model, ids, train, *chunking)
             yield split_name, questions, self.cache_dir / key / name / split
 
     def prepare_data(self) -> None:
-        """Build every index, and the shards of every split not stored yet (once per node; with
+        """Build every index, and the chunks of every split not stored yet (once per node; with
         ``records_url``, the indexes only: the records are read from there)."""
         tokenizer = load_tokenizer(self.hparams.tokenizer)
         for name in self.hparams.datasets:
@@ -317,12 +270,9 @@ class SubgraphDataModule(KGDataModule):
             "embed_model": hp.embed_model,
         }
         make = QuestionRecords(index, kept, name, tokenizer, self.settings, {q.id: embeddings[q.id] for q in kept})
-        if hp.store == "litdata":
-            meta = write_chunk_split(folder, make, len(kept), hp.shard_size, hp.write_workers, meta)
-        else:
-            meta = write_split(folder, (make(i) for i in range(len(kept))), hp.shard_size, meta)
+        meta = write_chunk_split(folder, make, len(kept), hp.shard_size, hp.write_workers, meta)
         log.info(
-            "%s/%s: %d subgraphs in %d shards at %s", name, folder.name, meta["count"], len(meta["shards"]), folder
+            "%s/%s: %d subgraphs in %d chunks at %s", name, folder.name, meta["count"], len(meta["shards"]), folder
         )
 
     def setup(self, stage: str | None = None) -> None:
@@ -343,22 +293,18 @@ class SubgraphDataModule(KGDataModule):
                     )
                 elif (meta := read_meta(folder)) is None:
                     raise FileNotFoundError(
-                        f"{folder / META}: no complete subgraph shards of {name}/{folder.name} for these settings; "
+                        f"{folder / META}: no complete subgraph chunks of {name}/{folder.name} for these settings; "
                         "call prepare_data() first (Lightning does so before setup)"
                     )
                 else:
                     splits[split_name].append(meta | {"folder": str(folder)})
             self.indexes[name] = index
         self.splits = splits
-        self.shards = {split_name: self._shards(parts) for split_name, parts in splits.items()}
-
-    def _shards(self, parts: list[dict[str, Any]]) -> Shards:
-        """The records of a split's datasets (``parts``: their metas), in order."""
-        if self.hparams.store == "parquet":
-            files = [str(Path(meta["folder"]) / shard["file"]) for meta in parts for shard in meta["shards"]]
-            return ParquetShards(files, [shard["count"] for meta in parts for shard in meta["shards"]])
-        locations = [meta["folder"] for meta in parts]
-        return open_splits(locations, self.hparams.storage_options, self.hparams.records_url, self.cache_dir)
+        options, url = self.hparams.storage_options, self.hparams.records_url
+        self.shards = {
+            split_name: open_splits([meta["folder"] for meta in parts], options, url, self.cache_dir)
+            for split_name, parts in splits.items()
+        }
 
     # -- loaders --
 

@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,8 +21,8 @@ from torch.utils.data import DataLoader
 
 from glmrag.index.synthetic import random_kg
 from glmrag.models.chunk_records import ChunkShards, chunk_list, decode, encode, write_chunks
-from glmrag.models.shard_stream import ParquetShards, RankStream, StreamBatchSampler
-from glmrag.models.subgraph_data import SubgraphDataModule, write_chunk_split, write_split
+from glmrag.models.shard_stream import RankStream, StreamBatchSampler
+from glmrag.models.subgraph_data import SubgraphDataModule, write_chunk_split
 from tests.models.test_subgraph_data import make_dm, synthetic_records, tok  # noqa: F401 (tok: a fixture)
 
 pytestmark = pytest.mark.usefixtures("glmrag_cache")
@@ -35,17 +36,14 @@ def records(tok):  # noqa: F811
 
 @pytest.fixture(scope="module")
 def stores(records, tmp_path_factory):
-    """The same records as Parquet shards of 5 and as LitData chunks of 5 (written by 2 processes)."""
-    root = tmp_path_factory.mktemp("stores")
-    parquet = write_split(root / "parquet", iter(records), 5, {})
-    chunks = write_chunk_split(root / "chunks", records.__getitem__, COUNT, 5, 2, {})
-    files = [str(root / "parquet" / shard["file"]) for shard in parquet["shards"]]
-    return ParquetShards(files, [s["count"] for s in parquet["shards"]]), root / "chunks", chunks
+    """The records as LitData chunks of 5 written by 2 processes: ``(folder, meta)``."""
+    folder = tmp_path_factory.mktemp("stores") / "chunks"
+    return folder, write_chunk_split(folder, records.__getitem__, COUNT, 5, 2, {})
 
 
 @pytest.fixture(scope="module")
 def one_writer(records, tmp_path_factory):
-    """The records as LitData chunks of 5 written by one process: the chunks are the Parquet shards."""
+    """The records as LitData chunks of 5 written by one process."""
     folder = tmp_path_factory.mktemp("one_writer") / "chunks"
     write_chunk_split(folder, records.__getitem__, COUNT, 5, 1, {})
     return folder
@@ -61,8 +59,14 @@ def assert_same_record(got: dict, want: dict) -> None:
 
 
 def test_chunks_hold_the_records_in_order(records, stores):
-    _, folder, meta = stores
-    assert meta["store"] == "litdata" and meta["count"] == COUNT and meta["stats"]["max_tokens"] > 0
+    folder, meta = stores
+    assert meta["count"] == COUNT and meta["stats"] == {
+        "without_nodes": sum(len(r["entity_of_node"]) == 0 for r in records),
+        "without_target_nodes": sum(len(r["target_nodes"]) == 0 for r in records),
+        "truncated": sum(r["truncated"] for r in records),
+        "max_tokens": max(r["num_tokens"] for r in records),
+        "total_tokens": sum(r["num_tokens"] for r in records),
+    }
     assert meta["shards"] == chunk_list(folder) and sum(c["count"] for c in meta["shards"]) == COUNT
     assert all(c["count"] <= 5 for c in meta["shards"])
     shards = ChunkShards([str(folder)])
@@ -72,7 +76,7 @@ def test_chunks_hold_the_records_in_order(records, stores):
         assert_same_record(got, want)
     assert [r["question_id"] for r in shards.rows(1, 2, 99)] == [r["question_id"] for r in read[7:10]]
     assert decode(encode({"gold": ("p1", "p2")})) == {"gold": ["p1", "p2"]}
-    assert sorted(p.name for p in folder.parent.iterdir()) == ["chunks", "parquet"]  # no temporary folder left
+    assert [p.name for p in folder.parent.iterdir()] == ["chunks"]  # no temporary folder left
 
 
 def test_writing_leaves_the_callers_random_streams_and_start_method(records, tmp_path):
@@ -105,22 +109,32 @@ def batches_of(stream: RankStream, epoch: int, workers: int) -> list[list[tuple[
     return [[(r["question_id"], bool(r["real"])) for r in batch] for batch in loader]
 
 
-@pytest.mark.parametrize("shuffle", [False, True])
-def test_chunks_stream_as_the_parquet_shards_do(stores, one_writer, shuffle):
-    """Cut alike (one writer), chunks give the same batches; two writers cut them otherwise (5, 5, 1 | 5, 5, 2),
-    which changes a shuffled epoch's order, not its records."""
-    parquet, folder, _ = stores
-    assert [c["count"] for c in chunk_list(one_writer)] == parquet.counts == [5, 5, 5, 5, 3]
+def test_in_order_the_cuts_do_not_matter(stores, one_writer):
+    """One writer cuts the records 5, 5, 5, 5, 3; two writers 5, 5, 1 | 5, 5, 2: the same batches in order
+    (a shuffled epoch's order follows the cuts)."""
+    folder, _ = stores
+    assert [c["count"] for c in chunk_list(one_writer)] == [5, 5, 5, 5, 3]
     assert [c["count"] for c in chunk_list(folder)] == [5, 5, 1, 5, 5, 2]  # 11 and 12 records per writer
-    args = {"world_size": 2, "readers": 2, "shuffle": shuffle, "seed": 7, "pad_real": shuffle}
     for rank in (0, 1):
-        from_parquet = RankStream(parquet, 2, rank=rank, **args)
-        from_chunks = RankStream(ChunkShards([str(one_writer)]), 2, rank=rank, **args)
-        two_writers = RankStream(ChunkShards([str(folder)]), 2, rank=rank, **args)
-        for epoch in (0, 1):
-            assert batches_of(from_chunks, epoch, 0) == batches_of(from_parquet, epoch, 0)
-            if not shuffle:  # in order, the cuts do not matter
-                assert batches_of(two_writers, epoch, 0) == batches_of(from_parquet, epoch, 0)
+        one, two = (RankStream(ChunkShards([str(f)]), 2, rank, 2, readers=2) for f in (one_writer, folder))
+        assert batches_of(two, 0, 0) == batches_of(one, 0, 0)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_a_damaged_chunk_is_named_not_read(one_writer, tmp_path, damage):
+    folder = tmp_path / "chunks"
+    shutil.copytree(one_writer, folder)
+    chunk = folder / chunk_list(folder)[1]["file"]
+    data = bytearray(chunk.read_bytes())
+    if damage == "flip":
+        data[-1] ^= 0x01  # a byte of the chunk's last record
+    else:
+        del data[len(data) // 2 :]
+    chunk.write_bytes(bytes(data))
+    shards = ChunkShards([str(folder)])
+    assert len(list(shards.rows(0, 0, 5))) == 5  # the other chunks read as before
+    with pytest.raises(OSError, match=rf"{chunk.name}: chunk missing, truncated or corrupt"):
+        next(shards.rows(1, 0, 5))
 
 
 def assert_exactly_once(shards_of_rank, records) -> None:
@@ -135,7 +149,7 @@ def assert_exactly_once(shards_of_rank, records) -> None:
 
 
 def test_two_ranks_by_two_workers_see_every_record_once(stores, records):
-    _, folder, _ = stores
+    folder, _ = stores
     assert_exactly_once(lambda: ChunkShards([str(folder)]), records)
 
 
@@ -161,7 +175,7 @@ dist.destroy_process_group()
 
 def test_two_gloo_ranks_see_every_record_once(stores, records, tmp_path):
     """Under a real process group (LitData then splits its own length per rank): every record exactly once."""
-    _, folder, _ = stores
+    folder, _ = stores
     script = tmp_path / "ranks.py"
     script.write_text(DDP_SCRIPT)
     env = os.environ | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
@@ -180,29 +194,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def test_the_datamodule_streams_litdata_as_it_streams_parquet(index_config, tmp_path):
-    parquet = make_dm(index_config, tmp_path / "parquet", num_workers=0)
-    chunks = make_dm(index_config, tmp_path / "chunks", num_workers=0, store="litdata")  # one writer: same cuts
-    for dm in (parquet, chunks):
-        dm.prepare_data()
-        dm.setup("fit")
-    (meta,) = chunks.splits["train_split"]
-    assert meta["store"] == "litdata" and (Path(meta["folder"]) / "index.json").is_file()
-    for split in ("train", "val"):
-        loaders = [getattr(dm, f"{split}_dataloader")() for dm in (parquet, chunks)]
-        for loader in loaders:
-            loader.sampler.set_epoch(1)
-        got, want = (list(loader) for loader in loaders)
-        assert [b["question_ids"] for b in got] == [b["question_ids"] for b in want] and got
-        for a, b in zip(got, want, strict=True):
-            for name, value in b.items():
-                assert (a[name] == value).all() if hasattr(value, "shape") else a[name] == value, name
-    with pytest.raises(ValueError, match="store=litdata"):
-        make_dm(index_config, tmp_path, records_url="s3://bucket/x")
-    with pytest.raises(ValueError, match="datamodule.store"):
-        make_dm(index_config, tmp_path, store="zarr")
 
 
 # --- object storage: a local S3-compatible server (moto's) started by the test ------------------------------
@@ -237,7 +228,7 @@ def upload(client, folder: Path, prefix: str) -> None:
 
 def test_ranks_and_workers_read_chunks_from_object_storage(stores, records, s3_server, tmp_path):
     client, endpoint = s3_server
-    _, folder, _ = stores
+    folder, _ = stores
     upload(client, folder, "records/a")
     options = {"endpoint_url": endpoint}
     url = "s3://glm/records/a"
@@ -245,15 +236,20 @@ def test_ranks_and_workers_read_chunks_from_object_storage(stores, records, s3_s
     assert shards.counts == [c["count"] for c in chunk_list(folder)]
     assert_exactly_once(lambda: ChunkShards([url], options, cache_dir=str(tmp_path / "downloads")), records)
     assert any(tmp_path.joinpath("downloads").rglob("*.bin"))  # chunks were downloaded to the local cache
+    name = chunk_list(folder)[1]["file"]
+    flipped = bytearray((folder / name).read_bytes())
+    flipped[-1] ^= 0x01
+    client.put_object(Bucket="glm", Key=f"records/a/{name}", Body=bytes(flipped))
+    with pytest.raises(OSError, match=rf"{name}: chunk missing, truncated or corrupt"):  # checked once fetched
+        list(ChunkShards([url], options, cache_dir=str(tmp_path / "again")).rows(1, 0, 5))
 
 
 def test_the_datamodule_reads_its_splits_from_a_url(index_config, s3_server, tmp_path, monkeypatch):
     client, endpoint = s3_server
-    local = make_dm(index_config, tmp_path / "local", store="litdata")
+    local = make_dm(index_config, tmp_path / "local")
     local.prepare_data()
     local.setup("fit")
     remote_args = {
-        "store": "litdata",
         "records_url": "s3://glm/glm_chunks/",
         "storage_options": {"endpoint_url": endpoint},
     }

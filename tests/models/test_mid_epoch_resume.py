@@ -71,11 +71,6 @@ def glm_parts(index_config, cache_dir, **storage):
     return dm, model
 
 
-def glm_chunk_parts(index_config, cache_dir):
-    """:func:`glm_parts` with the records in LitData chunks (``datamodule.store=litdata``)."""
-    return glm_parts(index_config, cache_dir / "chunks", store="litdata")
-
-
 def gnn_parts(index_config, cache_dir, scheduler=None, **store):
     dm = KGQADataModule("musique_tiny", index=index_config(), batch_size=2, seed=3, **store)
     model = GNNRetrieverModule(
@@ -114,8 +109,8 @@ def subgraphs(tmp_path_factory):
 
 @pytest.mark.parametrize(
     "parts",
-    [glm_parts, glm_chunk_parts, gnn_parts, gnn_chunk_parts, gnn_step_schedule_parts, gnn_step_schedule_worker_parts],
-    ids=["glm", "glm_litdata", "gnn", "gnn_litdata", "gnn_step_schedule", "gnn_step_schedule_worker"],
+    [glm_parts, gnn_parts, gnn_chunk_parts, gnn_step_schedule_parts, gnn_step_schedule_worker_parts],
+    ids=["glm", "gnn", "gnn_litdata", "gnn_step_schedule", "gnn_step_schedule_worker"],
 )
 def test_sigterm_mid_epoch_then_resume_repeats_the_uninterrupted_run(
     parts, index_config, subgraphs, cpu_trainer, tmp_path

@@ -1,4 +1,4 @@
-"""SubgraphDataModule: shards written once, streamed once per epoch, equal batch counts on every rank."""
+"""SubgraphDataModule: chunks written once, streamed once per epoch, equal batch counts on every rank."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from types import SimpleNamespace
 
 import hydra
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -18,18 +17,18 @@ from glmrag.data.types import Question
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import EntityLink
 from glmrag.index.synthetic import random_kg
-from glmrag.models import shard_stream
+from glmrag.models.chunk_records import INDEX, ChunkShards
 from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer, question_record
 from glmrag.models.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
-from glmrag.models.shard_stream import ParquetShards, RankStream, StreamBatchSampler
-from glmrag.models.subgraph_data import META, SubgraphDataModule, read_meta, write_split
+from glmrag.models.shard_stream import RankStream, StreamBatchSampler
+from glmrag.models.subgraph_data import META, SubgraphDataModule, read_meta, write_chunk_split
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 9
 pytestmark = pytest.mark.usefixtures("glmrag_cache")  # GLMRAG_CACHE_DIR set for the whole module
 
 
-# --- write_split and RankStream on synthetic records ------------------------------------------------
+# --- RankStream on synthetic records ------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -50,66 +49,26 @@ def synthetic_records(index, tok, kg_name: str, n: int) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory, tok):
-    """Two KGs' records in shards of 3: ``a`` 7 records (3 shards), ``b`` 1 record."""
+def shards(tmp_path_factory, tok) -> Path:
+    """Two KGs' records in chunks of 3: ``a`` 7 records (3 chunks), ``b`` 1 record; returns their root."""
     root = tmp_path_factory.mktemp("shards")
-    metas = {}
     for seed, (name, n) in enumerate((("a", 7), ("b", 1))):
         records = synthetic_records(random_kg(60, 150, seed=seed), tok, name, n)
-        metas[name] = write_split(root / name, iter(records), 3, {"dataset": name})
-    files = [str(root / name / s["file"]) for name in ("a", "b") for s in metas[name]["shards"]]
-    return root, metas, files
+        write_chunk_split(root / name, records.__getitem__, n, 3, 1, {"dataset": name})
+    return root
+
+
+def chunks(root: Path, names=("a", "b")) -> ChunkShards:
+    return ChunkShards([str(root / name) for name in names])
 
 
 def stream_ids(stream: RankStream, epoch: int) -> list[tuple[str, bool]]:
     return [(r["question_id"], r["real"]) for b in range(len(stream)) for r in stream[(epoch, b)]]
 
 
-def test_write_split_streams_shards_then_meta(shards):
-    root, metas, _ = shards
-    meta = read_meta(root / "a")
-    assert meta == metas["a"] and meta["dataset"] == "a" and meta["count"] == 7
-    assert meta["shards"] == [
-        {"file": "shard-00000.parquet", "count": 3},
-        {"file": "shard-00001.parquet", "count": 3},
-        {"file": "shard-00002.parquet", "count": 1},
-    ]
-    ids = [qid for s in meta["shards"] for qid in pq.read_table(root / "a" / s["file"])["question_id"].to_pylist()]
-    assert ids == [f"a-q{i}" for i in range(7)]
-    assert sorted(p.name for p in root.iterdir()) == ["a", "b"]  # no temporary folder left behind
-    with pytest.raises(ValueError, match="shard_size"):
-        write_split(root / "c", [], 0, {})
-
-
-def test_write_split_holds_one_shard_at_a_time(tmp_path, tok):
-    records = synthetic_records(random_kg(60, 150, seed=0), tok, "c", 7)
-    written = []
-
-    def stream():
-        for record in records:
-            written.append(len(list(tmp_path.glob(".c.tmp-*/shard-*.parquet"))))
-            yield record
-
-    meta = write_split(tmp_path / "c", stream(), 3, {})
-    assert written == [0, 0, 0, 1, 1, 1, 2]  # a shard is on disk as soon as it is full
-    assert meta["stats"] == {
-        "without_nodes": sum(len(r["entity_of_node"]) == 0 for r in records),
-        "without_target_nodes": sum(len(r["target_nodes"]) == 0 for r in records),
-        "truncated": sum(r["truncated"] for r in records),
-        "max_tokens": max(r["num_tokens"] for r in records),
-        "total_tokens": sum(r["num_tokens"] for r in records),
-    }
-    assert meta["stats"]["truncated"] > 0 and meta["stats"]["max_tokens"] > 0
-
-
-def counts_of(shards, names=("a", "b")) -> list[int]:
-    _, metas, _ = shards
-    return [s["count"] for name in names for s in metas[name]["shards"]]
-
-
 def test_rank_stream_in_order_without_shuffle(shards):
-    _, _, files = shards
-    stream = RankStream(ParquetShards(files, counts_of(shards)), batch_size=3)
+    stream = RankStream(chunks(shards), batch_size=3)
+    assert stream.counts == [3, 3, 1, 1]
     expected = [(f"a-q{i}", True) for i in range(7)] + [("b-q0", True)]
     assert len(stream) == 3 and stream_ids(stream, 0) == expected
     assert [len(stream[(0, b)]) for b in range(3)] == [3, 3, 2]
@@ -122,14 +81,15 @@ def test_rank_stream_in_order_without_shuffle(shards):
 @pytest.mark.parametrize("world", [1, 2, 3])
 @pytest.mark.parametrize("readers", [1, 2, 3])
 @pytest.mark.parametrize("train", [False, True])
-def test_ranks_and_workers_each_read_only_their_own_part(shards, world, readers, train, monkeypatch):
-    _, _, files = shards
+def test_ranks_and_workers_each_read_only_their_own_part(shards, world, readers, train):
     everything = sorted([f"a-q{i}" for i in range(7)] + ["b-q0"])
-    opened: list[str] = []
-    original = shard_stream.read_rows
-    monkeypatch.setattr(shard_stream, "read_rows", lambda file, a, z: (opened.append(file), original(file, a, z))[1])
+    stored = chunks(shards)
+    ids = [[r["question_id"] for r in stored.rows(shard, 0, n)] for shard, n in enumerate(stored.counts)]
+    opened: list[int] = []
+    rows_of = stored.rows
+    stored.rows = lambda shard, a, z: (opened.append(shard), rows_of(shard, a, z))[1]
     args = {"world_size": world, "readers": readers, "shuffle": train, "seed": 4, "pad_real": train}
-    ranks = [RankStream(ParquetShards(files, counts_of(shards)), 2, rank=r, **args) for r in range(world)]
+    ranks = [RankStream(stored, 2, rank=r, **args) for r in range(world)]
     assert len({len(s) for s in ranks}) == 1  # equal batch counts on every rank
     own, padding = [], []
     for stream in ranks:
@@ -137,12 +97,12 @@ def test_ranks_and_workers_each_read_only_their_own_part(shards, world, readers,
             opened.clear()
             # worker `reader` serves batches reader, reader + readers, ...: exactly the records of its part
             rows = [r for b in range(reader, len(stream), readers) for r in stream[(1, b)]]
-            part = [(stream.shards.files[shard], a, z) for shard, a, z in stream.part(1, reader)]
-            expected = [q for file, a, z in part for q in pq.read_table(file).column("question_id").to_pylist()[a:z]]
+            part = stream.part(1, reader)
+            expected = [q for shard, a, z in part for q in ids[shard][a:z]]
             assert sorted(r["question_id"] for r in rows[: len(expected)]) == sorted(expected)
             assert all(r["real"] for r in rows[: len(expected)])
-            if expected:  # it opened only the shards of its part (an empty part borrows the first record)
-                assert sorted(set(opened)) == sorted({file for file, _, _ in part})
+            if expected:  # it read only the chunks of its part (an empty part borrows the first record)
+                assert sorted(set(opened)) == sorted({shard for shard, _, _ in part})
             own += expected
             padding += rows[len(expected) :]
     assert sorted(own) == everything  # the union over ranks and workers: every record exactly once
@@ -150,16 +110,13 @@ def test_ranks_and_workers_each_read_only_their_own_part(shards, world, readers,
 
 
 def test_fewer_records_than_parts_borrows_a_record(shards):
-    root, metas, _ = shards
-    files = [str(root / "b" / s["file"]) for s in metas["b"]["shards"]]
-    ranks = [stream_ids(RankStream(ParquetShards(files, [1]), 1, rank=r, world_size=2), 0) for r in (0, 1)]
+    ranks = [stream_ids(RankStream(chunks(shards, ["b"]), 1, rank=r, world_size=2), 0) for r in (0, 1)]
     assert ranks == [[("b-q0", False)], [("b-q0", True)]]  # rank 0's part is empty: it borrows, not real
-    assert len(RankStream(ParquetShards([], []), 2)) == 0
+    assert len(RankStream(ChunkShards([]), 2)) == 0
 
 
 def test_shuffle_changes_with_the_epoch_only(shards):
-    _, _, files = shards
-    stream = RankStream(ParquetShards(files, counts_of(shards)), 8, shuffle=True, seed=1)
+    stream = RankStream(chunks(shards), 8, shuffle=True, seed=1)
     epochs = [stream_ids(stream, e) for e in (0, 1, 0)]
     assert epochs[0] == epochs[2] != epochs[1]
     assert sorted(epochs[0]) == sorted(epochs[1])
@@ -219,10 +176,10 @@ def test_prepare_writes_shards_whose_records_match_question_record(dm):
     assert folder.parent.parent.name.startswith("h2-t50-graph-text-eos-last-s0-")
     assert meta["count"] == len(train_ids(dm)) and meta["dropped_without_targets"] == LIMIT - meta["count"]
     assert [s["count"] for s in meta["shards"]] == [min(4, meta["count"] - i) for i in range(0, meta["count"], 4)]
-    assert sorted(p.name for p in folder.iterdir()) == [META] + [s["file"] for s in meta["shards"]]
+    assert sorted(p.name for p in folder.iterdir()) == sorted([INDEX, META] + [s["file"] for s in meta["shards"]])
     assert meta["settings"] == SubgraphSettings(max_triplets=50).as_dict() and meta["tokenizer"] == DEFAULT_MODEL
 
-    stored = pq.read_table(folder / "shard-00000.parquet").to_pylist()[0]
+    stored = next(ChunkShards([str(folder)]).rows(0, 0, 1))
     question = next(q for q in split_questions("train") if q.id == stored["question_id"])
     full = load_dataset("musique100")
     emb = cached_question_embeddings(list(full.qa), DEFAULT_MODEL, default_inputs_cache_dir())[question.id]
@@ -247,7 +204,7 @@ def test_a_second_prepare_rewrites_nothing(dm):
 def test_a_folder_without_meta_is_rebuilt_never_read(dm, index_config):
     (meta,) = dm.splits["val_split"]
     folder = Path(meta["folder"])
-    shard = folder / "shard-00000.parquet"
+    shard = folder / meta["shards"][0]["file"]
     content, inode = shard.read_bytes(), shard.stat().st_ino
     (folder / META).unlink()
     fresh = make_dm(index_config, dm.cache_dir)
@@ -256,6 +213,17 @@ def test_a_folder_without_meta_is_rebuilt_never_read(dm, index_config):
     fresh.prepare_data()
     assert read_meta(folder) == {k: v for k, v in meta.items() if k != "folder"}
     assert shard.stat().st_ino != inode and shard.read_bytes() == content
+
+
+@pytest.mark.parametrize("chunking", [{"shard_size": 3}, {"write_workers": 2}])
+def test_how_the_chunks_are_cut_is_part_of_the_key(dm, index_config, chunking):
+    other = make_dm(index_config, dm.cache_dir, **chunking)
+    other.prepare_data()
+    other.setup("fit")
+    (mine,), (theirs,) = dm.splits["train_split"], other.splits["train_split"]
+    assert Path(mine["folder"]).parents[1] != Path(theirs["folder"]).parents[1]  # two keys: two folders
+    sizes = chunking.get("shard_size", 4), 4
+    assert (max(s["count"] for s in theirs["shards"]), max(s["count"] for s in mine["shards"])) == sizes
 
 
 def test_each_epoch_streams_every_training_question_once_in_a_new_order(dm):
@@ -384,7 +352,7 @@ def test_config_builds_the_datamodule_with_the_models_subgraph_settings(index_co
         ["musique100"],
     )
     assert dm.settings == SubgraphSettings(2, 600, "linear", False, "path", 4, False, "nearest")
-    assert dm.cache_dir.name == "glm_subgraphs"
+    assert dm.cache_dir.name == "glm_chunks"
     assert hp.num_workers is None and dm.num_workers >= 1 and not hp.subgraph["precompute"]
     assert hp.subgraph == dm.settings.as_dict()  # every field, plain
 
@@ -405,10 +373,7 @@ def test_precomputed_positions_stream_the_same_batches(dm, index_config):
     computed = make_dm(index_config, dm.cache_dir, subgraph={"position_mode": "path"})
     computed.setup("fit")
     (meta,) = stored.splits["val_split"]
-    assert (
-        "-pos-path-" in meta["folder"]
-        and "relative_position" in pq.read_schema(Path(meta["folder"]) / meta["shards"][0]["file"]).names
-    )
+    assert "-pos-path-" in meta["folder"] and "relative_position" in next(ChunkShards([meta["folder"]]).rows(0, 0, 1))
     for a, b in zip(stored.val_dataloader(), computed.val_dataloader(), strict=True):
         assert a["question_ids"] == b["question_ids"]
         for name in ("relative_position", "kind", "input_ids", "target"):
