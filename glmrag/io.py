@@ -15,8 +15,6 @@ import os
 import re
 import shutil
 import signal
-import socket
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -475,94 +473,39 @@ def check_writable(folder: str | os.PathLike[str], what: str) -> Path:
     return folder
 
 
-LOCK_REPORT_SECONDS = 10.0
-"""How often a process waiting for a lock logs who holds it."""
-
-
 class LockTimeout(TimeoutError):
-    """A lock another process held for longer than the caller would wait; names the holder and the fix."""
-
-
-def _process_state(pid: int) -> str | None:
-    """The state letter of a process on this host (``T``: stopped, e.g. by Ctrl+Z); None when unknown."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs on this host (a zombie does not)."""
-    return _process_state(pid) not in (None, "Z")
-
-
-def lock_holder(path: str | os.PathLike[str]) -> str:
-    """Who holds the lock at ``path``, as its exclusive holder wrote it: pid, host, since when, the command."""
-    try:
-        holder = json.loads(Path(path).read_text() or "null")
-    except (OSError, ValueError):
-        holder = None
-    if not isinstance(holder, dict):
-        return "a process that has not said who it is (readers hold it shared)"
-    text = f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('since')} ({holder.get('command')})"
-    if holder.get("host") == socket.gethostname() and _process_state(int(holder.get("pid", 0))) == "T":
-        text += f", which is STOPPED (Ctrl+Z?): resume it with `kill -CONT {holder['pid']}` or end it"
-    return text
-
-
-def _acquire(fd: int, path: str | os.PathLike[str], shared: bool, timeout: float | None, what: str) -> None:
-    """Take the ``flock``; while waiting, log the holder every :data:`LOCK_REPORT_SECONDS`, and raise
-    :class:`LockTimeout` after ``timeout`` seconds (None: wait as long as it takes)."""
-    mode = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB
-    start = time.monotonic()
-    report = start + LOCK_REPORT_SECONDS
-    while True:
-        try:
-            fcntl.flock(fd, mode)
-            return
-        except BlockingIOError:
-            pass
-        now = time.monotonic()
-        if timeout is not None and now - start >= timeout:
-            raise LockTimeout(f"{what} {path} is held by {lock_holder(path)}; gave up after {timeout:g} s")
-        if now >= report:
-            log.warning("waiting %.0f s for %s %s, held by %s", now - start, what, path, lock_holder(path))
-            report = now + LOCK_REPORT_SECONDS
-        time.sleep(0.2)
+    """A lock another process held for longer than the caller would wait; names the lock and the fix."""
 
 
 @contextlib.contextmanager
 def file_lock(
     path: str | os.PathLike[str], shared: bool = False, timeout: float | None = None, what: str = "the lock"
 ) -> Iterator[bool]:
-    """Hold an ``flock`` on ``path`` (created if needed): shared for readers, exclusive for a writer.
+    """Hold an ``flock`` on ``path`` (created if needed): shared for readers, exclusive for a writer; released
+    when the block ends or the process dies. After ``timeout`` seconds of waiting (None: no limit) raise
+    :class:`LockTimeout` naming ``what``. Yields False when the lock file cannot be created (a read-only
+    folder: no one can write there either, so reading without a lock is safe).
 
-    Yields True when locked, False when the lock file cannot be created (a read-only folder: reading
-    without a lock is then safe, since no one can write there either). Released when the process dies.
-    An exclusive holder writes its pid, host, start time and command into the file, which a waiting process
-    logs (every :data:`LOCK_REPORT_SECONDS`) and names in the :class:`LockTimeout` it raises after ``timeout`` s.
-    """
+    ``fcntl.flock`` directly: the ``filelock`` package's FileLock has no shared mode, and its ReadWriteLock
+    keeps its state in SQLite."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, default_mode())
     except OSError:
         yield False
         return
     try:
-        _acquire(fd, path, shared, timeout, what)
-        if not shared:
-            holder = {
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "since": time.strftime("%Y-%m-%d %H:%M:%S"),
-                "command": " ".join(sys.argv)[:200],
-            }
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(holder).encode(), 0)
-        try:
-            yield True
-        finally:
-            if not shared:
-                os.ftruncate(fd, 0)  # released: no one is named any more
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise LockTimeout(
+                        f"{what} {path} is held by another process; gave up after {timeout:g} s"
+                    ) from None
+                time.sleep(0.2)
+        yield True
     finally:
         os.close(fd)  # closing drops the lock
 

@@ -293,7 +293,7 @@ def load_or_build(
     ``rebuild=None`` builds a missing index and rebuilds a stale one (logging why at WARNING);
     ``True`` always rebuilds; ``False`` never does and raises :class:`StaleIndexError` instead.
     A folder that could not be written raises ``PermissionError`` before the build, not after it. A run
-    waiting for another's build logs who builds; after ``lock_timeout`` seconds (None: no limit) it raises
+    waits for another's build; after ``lock_timeout`` seconds (None: no limit) it raises
     :class:`~glmrag.io.LockTimeout` (a builder stopped by Ctrl+Z holds the lock until it resumes).
     ``build`` makes the index when one is needed (default: :func:`~glmrag.index.build.build_index` of these
     inputs; the merge of a sharded build passes its own, :mod:`glmrag.index.shards`).

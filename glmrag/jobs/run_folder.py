@@ -137,7 +137,7 @@ class RunFolderBusy(RuntimeError):
 
 @contextlib.contextmanager
 def run_folder_lock(cfg: DictConfig) -> Iterator[None]:
-    """Hold ``<checkpoint_dir>``'s lock (a file beside the real folder, symlinks resolved, naming this run) while
+    """Hold ``<checkpoint_dir>``'s lock (a file beside the real folder, symlinks resolved) while
     the job runs; raise :class:`RunFolderBusy` when another live run holds it or when the lock file cannot be
     opened. Only the launching process (rank 0) takes it: the DDP ranks it starts write the same folder by
     design."""

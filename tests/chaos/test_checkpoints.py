@@ -121,7 +121,7 @@ def test_a_truncated_last_ckpt_is_named_and_skipped_by_ckpt_path_last(trained, t
 def test_a_second_run_in_a_live_run_folder_is_refused(tiny_musique, tmp_path):
     cfg = compose_config("train", job(tiny_musique, tmp_path, f"checkpoint_dir={tmp_path / 'shared'}"))
     with run_folder_lock(cfg):  # the first run, still going
-        with pytest.raises(RunFolderBusy, match=r"shared belongs to a run that is still going .*pid \d+"):
+        with pytest.raises(RunFolderBusy, match=r"shared belongs to a run that is still going"):
             run_train(cfg)
     with run_folder_lock(cfg):  # released when the first run ended
         pass
