@@ -31,6 +31,7 @@ from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
 from glmrag.io import cache_root
 from glmrag.jobs.common import compose_config
+from glmrag.jobs.config_check import ConfigError, validate_eval_config
 from glmrag.jobs.config_path import config_dir
 from glmrag.retrievers.base import Ranking, Retriever
 
@@ -184,11 +185,22 @@ def evaluate_systems(
     (as ``eval.py``) every passage, so MRR is the full ranking's; a cut MRR is labelled ``MRR@k``. A checkpoint
     that trained or validated on some of the questions raises ``ValueError`` unless ``allow_train_overlap``
     (then its row is flagged); one that records no questions is flagged, or refused with ``strict_overlap``
-    (:func:`glmrag.eval.overlap.seen_questions`).
+    (:func:`glmrag.eval.overlap.seen_questions`). The settings go through ``eval.py``'s check
+    (:func:`~glmrag.jobs.config_check.validate_eval_config`): a bad one is the same ``ConfigError``, before any
+    work; so is an ``index`` built from another corpus.
     """
-    named = dict(systems) if isinstance(systems, Mapping) else {s: s for s in systems}
+    if isinstance(systems, str | Path):
+        systems = [systems]
+    named = dict(systems) if isinstance(systems, Mapping) else {str(s): s for s in systems}
     if not named:
-        raise ValueError("evaluate_systems needs at least one system")
+        raise ConfigError("evaluate_systems needs at least one system")
+    settings = {"ks": list(ks), "top_k": top_k, "n_boot": n_boot, "seed": seed, "output_dir": "unused"}
+    validate_eval_config(OmegaConf.merge(compose_config("eval"), settings))
+    if index is not None and set(index.passage_ids) != set(dataset.corpus.ids):
+        raise ConfigError(
+            f"index: built from another corpus ({index.num_passages} passages) than dataset {dataset.name!r} "
+            f"({len(dataset.corpus)} passages); pass the dataset's own index, glmrag.build_index(dataset)"
+        )
     questions = list(dataset.qa)
     checkpoints = {label: {"ckpt_path": path} for label, path in _checkpoint_paths(named).items()}
     overlap, unchecked = seen_questions(questions, checkpoints, allow_train_overlap, strict_overlap)  # before work

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 import glmrag
+from glmrag.jobs.config_check import ConfigError
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "python_api.md"
 
@@ -36,3 +37,32 @@ def test_the_api_is_exported_and_errors_name_the_fix():
         glmrag.get_retriever("pr")
     with pytest.raises(TypeError, match=r"unknown settings \['synonym_treshold'\]"):
         glmrag.build_index(glmrag.load_data("toy"), synonym_treshold=0.5)
+
+
+@pytest.mark.parametrize(
+    ("settings", "key"),
+    [
+        ({"ks": [1.5]}, "ks"),
+        ({"top_k": 1}, "top_k"),  # a 1-deep ranking would report Recall@5
+        ({"top_k": -5}, "top_k"),
+        ({"n_boot": 0}, "n_boot"),
+    ],
+)
+def test_the_api_refuses_what_eval_py_refuses(tmp_path, monkeypatch, settings, key):
+    """Probes: ks=[1.5] printed a Recall@1 column, top_k=1 a Recall@5 of 75.0, top_k=-5 an all-zero table,
+    n_boot=0 a numpy error. The API now runs eval.py's check, before any work."""
+    monkeypatch.setenv("GLMRAG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr("glmrag.api.build_index", lambda *a, **k: pytest.fail("work started"))
+    with pytest.raises(ConfigError, match=rf"^{key}="):
+        glmrag.evaluate_systems(["dense"], glmrag.load_data("toy"), **settings)
+
+
+def test_one_system_by_name_and_an_index_of_another_corpus(tmp_path, monkeypatch):
+    monkeypatch.setenv("GLMRAG_CACHE_DIR", str(tmp_path / "cache"))
+    toy = glmrag.load_data("toy")
+    index = glmrag.build_index(toy)
+    assert glmrag.evaluate_systems("dense", toy, index, n_boot=50).rows[0]["system"] == "dense"
+    other = glmrag.load_data("toy")
+    other.corpus = type(toy.corpus)(list(toy.corpus)[:-1])
+    with pytest.raises(ConfigError, match="index: built from another corpus"):
+        glmrag.evaluate_systems(["ppr"], other, index)
