@@ -6,6 +6,7 @@ The Python API (see ``docs/python_api.md``)::
     index = glmrag.build_index(data)
     table = glmrag.evaluate_systems(["dense", "ppr"], data, index)
     print(table.to_markdown())
+    run = glmrag.train(["experiment=demo_prior"])   # = python train.py experiment=demo_prior
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -15,7 +16,7 @@ try:
 except PackageNotFoundError:  # a source tree that is not installed
     __version__ = "0.0.0+unknown"
 
-_API = ("Table", "build_index", "evaluate_systems", "get_retriever", "load_data", "retrieve")
+_API = ("Table", "TrainedRun", "build_index", "evaluate_systems", "get_retriever", "load_data", "retrieve", "train")
 __all__ = ["__version__", *_API]
 
 

@@ -1,24 +1,27 @@
-"""The Python API: a dataset, its index, retrievers and a results table in four calls, no Hydra.
+"""The Python API: a dataset, its index, retrievers and a results table in four calls, no Hydra; training in one.
 
 >>> import glmrag
 >>> data = glmrag.load_data("toy")                              # or format="hotpotqa", questions="dev.json"
 >>> index = glmrag.build_index(data)                            # cached on disk, like eval.py's
 >>> print(glmrag.evaluate_systems(["dense", "ppr"], data, index).to_markdown())
 >>> glmrag.retrieve(glmrag.get_retriever("ppr"), ["Who founded X?"], index, data)   # your own questions
+>>> run = glmrag.train(["experiment=demo_prior"])               # = python train.py experiment=demo_prior
 
 Each call makes the evaluation job's (:mod:`glmrag.jobs.evaluate`) choices: the same registry, index cache,
-retriever configs (``configs/retriever/<name>.yaml``) and evaluator, so a table here equals ``eval.py``'s.
+retriever configs (``configs/retriever/<name>.yaml``) and evaluator, so a table here equals ``eval.py``'s;
+:func:`train` runs the training job of ``train.py`` (:func:`glmrag.jobs.train.run_train`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import hydra
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from glmrag.data.files import load_files, register_files
 from glmrag.data.registry import DATASETS, load_dataset
@@ -32,10 +35,10 @@ from glmrag.index.kg import KGIndex
 from glmrag.io import cache_root
 from glmrag.jobs.common import compose_config
 from glmrag.jobs.config_check import ConfigError, validate_eval_config
-from glmrag.jobs.config_path import config_dir
+from glmrag.jobs.config_path import config_dir, override_key
 from glmrag.retrievers.base import Ranking, Retriever
 
-__all__ = ["Table", "build_index", "evaluate_systems", "get_retriever", "load_data", "retrieve"]
+__all__ = ["Table", "TrainedRun", "build_index", "evaluate_systems", "get_retriever", "load_data", "retrieve", "train"]
 
 
 def load_data(
@@ -106,7 +109,7 @@ def get_retriever(name_or_checkpoint: str | Path, **kwargs: Any) -> Retriever:
     target = str(name_or_checkpoint)
     if target.endswith(".ckpt"):
         node = OmegaConf.create(
-            {"_target_": "glmrag.retrievers.gnn_checkpoint.load_checkpoint_retriever", "ckpt_path": target} | kwargs
+            {"_target_": "glmrag.retrievers.checkpoint.CheckpointRetriever", "ckpt_path": target} | kwargs
         )
     else:
         path = config_dir() / "retriever" / f"{target}.yaml"
@@ -239,6 +242,52 @@ def _checkpoint_paths(systems: Mapping[str, Retriever | str | Path]) -> dict[str
         elif getattr(system, "ckpt_path", None):
             out[label] = str(system.ckpt_path)
     return out
+
+
+@dataclass
+class TrainedRun:
+    """What :func:`train` returns: the run's folders, its best checkpoint and its metrics."""
+
+    run_name: str
+    output_dir: Path
+    """Logs, training curves and the evaluation's files (``eval/``)."""
+    checkpoint_dir: Path
+    best_checkpoint: Path | None
+    """The best epoch's checkpoint by ``val/recall@2`` (None for a ``fast_dev_run``)."""
+    metrics: dict[str, float]
+    """The Trainer's final metrics (``val/...``, ``test/...``) and the untrained model's (``start/...``)."""
+    evals: dict[str, EvalResult]
+    """The evaluator's result per evaluated dataset (empty with ``evaluate=false``)."""
+    warnings: list[str]
+    stored: list[Path]
+    """The run's folders in the results store."""
+
+
+def train(overrides: Sequence[str] = (), config: DictConfig | None = None) -> TrainedRun:
+    """Run the training job of ``python train.py <overrides>`` (or of a composed ``config``): the same checks,
+    training, test, evaluation against the baselines and results store. Outputs go to ``output_dir`` (default
+    ``outputs/train/<run>/<time>``, as ``train.py``'s Hydra folder) and ``checkpoint_dir``."""
+    from glmrag.jobs.config_path import run_suffix
+    from glmrag.jobs.train import run_train
+
+    cfg = config if config is not None else compose_config("train", overrides)
+    keys = {override_key(o) for o in overrides}
+    if "run_name" not in keys and config is None:
+        cfg.run_name = f"{cfg.model_name}-{cfg.data.name}{run_suffix(list(overrides))}"  # as train.py names it
+    if "output_dir" not in keys and config is None:
+        cfg.output_dir = f"outputs/train/{cfg.run_name}/{datetime.now():%Y-%m-%d_%H-%M-%S}"
+    out = run_train(cfg)
+    best = out["best_checkpoint"]
+    return TrainedRun(
+        run_name=str(cfg.run_name),
+        output_dir=Path(cfg.output_dir),
+        checkpoint_dir=Path(best).parent if best else Path(str(cfg.checkpoint_dir)),
+        best_checkpoint=Path(best) if best else None,
+        metrics=dict(out["metrics"]),
+        evals=dict(out["evals"]),
+        warnings=list(out["warnings"]),
+        stored=[Path(p) for p in out["stored"]],
+    )
 
 
 __all__ += ["as_questions", "compose_config", "load_files"]  # compose_config: glmrag.jobs.common

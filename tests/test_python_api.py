@@ -66,3 +66,25 @@ def test_one_system_by_name_and_an_index_of_another_corpus(tmp_path, monkeypatch
     other.corpus = type(toy.corpus)(list(toy.corpus)[:-1])
     with pytest.raises(ConfigError, match="index: built from another corpus"):
         glmrag.evaluate_systems(["ppr"], other, index)
+
+
+def test_train_runs_the_training_job_and_returns_the_run(tiny_musique, glmrag_cache, tmp_path):
+    """glmrag.train(overrides) is train.py's job: it trains, checkpoints and files the run (its evaluation and
+    test are train.py's own, tested through it)."""
+    overrides = [
+        "experiment=demo",
+        f"data.name={tiny_musique}",
+        "model.gnn.hidden_channels=8",
+        "model.gnn.num_layers=1",
+    ]
+    overrides += ["trainer.max_epochs=1", "logger=[csv]", "evaluate=false", "test=false"]
+    overrides += [
+        f"output_dir={tmp_path / 'out'}",
+        f"checkpoint_dir={tmp_path / 'ck'}",
+        f"results_dir={tmp_path / 'r'}",
+    ]
+    run = glmrag.train(overrides)
+    assert run.run_name == "gfm_rag_plus_demo-musique_tiny-hidden_channels=8,num_layers=1,max_epochs=1"
+    assert run.best_checkpoint is not None and run.best_checkpoint.parent == tmp_path / "ck"
+    assert run.best_checkpoint.is_file() and "val/recall@2" in run.metrics and run.evals == {}
+    assert [p.parent for p in run.stored] == [tmp_path / "r"]
