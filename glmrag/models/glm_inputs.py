@@ -97,10 +97,10 @@ class SubgraphSettings:
     """Seed of the randomized BFS of :func:`~glmrag.graph.subgraph.select_subgraph`, mixed with the question id."""
     question_eos: bool = True
     """End the appended question with ``</s>`` (the tokenizer's EOS), as the GLM reference code does (Plenz &
-    Frank 2024, ``add_text_to_graph_data``); not stated in GLM-RAG. False: question tokens only (glmrag before)."""
+    Frank 2024, ``add_text_to_graph_data``); not stated in GLM-RAG. False: question tokens only."""
     position_conflict: str = "last"
     """Which triple positions a token pair several triples position (:mod:`glmrag.graph.positions`): ``last``
-    as the GLM reference code, or ``nearest`` (glmrag before). Not in GLM-RAG. In :meth:`key` although only
+    as the GLM reference code, or ``nearest`` (the positions of the nearest triple). Not in GLM-RAG. In :meth:`key` although only
     the collate applies it (unless ``precompute``), so a cache folder names every rule it was made for."""
     precompute: bool = False
     """Store each record's ``(L, L)`` positions and kinds in the shards (:data:`POSITION_COLUMNS`), so the
