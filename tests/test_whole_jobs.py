@@ -1,6 +1,7 @@
-"""The parts of a whole training job that are quick to check: run names, devices, resuming, run ids, DDP state.
+"""The parts of a whole training job that are quick to check: run names, devices, run ids, DDP state.
 
-The jobs themselves run in ``tests/test_studies.py``, ``tests/test_ddp_jobs.py`` and ``tests/test_preemption.py``.
+The jobs themselves run in ``tests/test_studies.py`` and ``tests/test_ddp_jobs.py``; resuming and preemption
+in ``tests/test_resume.py``.
 """
 
 from __future__ import annotations
@@ -8,22 +9,17 @@ from __future__ import annotations
 import os
 import time
 
-import lightning as L
 import pytest
 import torch
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 from stand_ins import HashEncoder
-from torch import nn
 
 from glmrag.data.files import register_data
 from glmrag.index.synthetic import random_kg
-from glmrag.jobs.config_check import validate_eval_config, validate_train_config
+from glmrag.jobs.config_check import validate_eval_config
 from glmrag.jobs.config_path import RUN_ID_ENV, run_id
 from glmrag.jobs.launch import LAUNCH_VARIABLES, job_processes
-from glmrag.jobs.run_folder import last_run_folder, resume_checkpoint, resume_folder
 from glmrag.jobs.train import evaluation_config
 from glmrag.models.gnn_module import GNNRetrieverModule
-from glmrag.models.preemption import PreemptionCheckpoint
 from glmrag.nn.graph_inputs import graph_inputs
 from glmrag.nn.kgc import kgc_loss, sample_kgc_batch
 
@@ -40,31 +36,6 @@ def test_a_run_name_with_dots_keeps_its_checkpoint(train_config, tmp_path):
     validate_eval_config(eval_cfg)  # raised "ckpt_path is not set": the run name was read as a key path
     node = eval_cfg.retriever[cfg.run_name]
     assert (node.ckpt_path, node.device) == (str(ckpt), "cuda:1")  # the evaluator runs where training ran
-
-
-def _touch(path, age: float = 0.0):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({}, path)  # a whole checkpoint: ckpt_path=last skips truncated ones
-    stamp = time.time() - age
-    os.utime(path, (stamp, stamp))
-    return path
-
-
-def test_ckpt_path_last_resumes_the_newest_run_of_the_name(train_config, tmp_path):
-    runs = tmp_path / "checkpoints" / "gnn-musique100"
-    _touch(runs / "old" / "last.ckpt", age=300)
-    _touch(runs / "new" / "pretrain" / "last.ckpt", age=100)  # stopped in GFM-RAG's pretraining
-    cfg = train_config(["experiment=demo", "output_dir=x", "ckpt_path=last"])
-    cfg.checkpoint_dir = str(runs / "fresh")  # this start's own folder: empty
-    validate_train_config(cfg)  # `last` is no file name to check
-    resumed = resume_folder(cfg)
-    assert resumed.checkpoint_dir == str(runs / "new") and resumed.ckpt_path is None  # pretraining resumes
-    assert last_run_folder(str(runs / "old")) == runs / "old"  # a folder with checkpoints is its own
-    hpc = _touch(runs / "old" / "hpc_ckpt_2.ckpt")  # SLURM's requeue checkpoint, newer than last.ckpt
-    assert resume_checkpoint(runs / "old") == str(hpc)
-    assert resume_folder(cfg).ckpt_path == str(hpc)  # now the newest run of the name
-    cfg.checkpoint_dir = str(tmp_path / "elsewhere" / "fresh")
-    assert resume_folder(cfg).ckpt_path is None  # nothing to resume: a new run, not an error
 
 
 def test_run_id_follows_the_launcher(monkeypatch):
@@ -117,48 +88,3 @@ def test_kg_completion_gives_every_trainable_parameter_a_gradient(use_node_featu
     )
     qa = GNNRetrieverModule(gnn=sizes)
     assert all(p.requires_grad for p in qa.parameters())  # fine-tuning trains everything
-
-
-class _Linear(L.LightningModule):
-    """A one-layer regression with a hook that plays the scheduler: SIGTERM (or an error) at a given step."""
-
-    def __init__(self, stop_at: int, error: type[BaseException]) -> None:
-        super().__init__()
-        self.layer = nn.Linear(4, 1)
-        self.stop_at, self.error = stop_at, error
-
-    def training_step(self, batch, batch_idx):
-        if self.global_step == self.stop_at:
-            if self.error is SIGTERMException:
-                self.trainer._signal_connector.received_sigterm = True  # what Lightning's SIGTERM handler sets
-            else:
-                raise self.error("a crashed step")
-        return self.layer(batch).pow(2).mean()
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    def train_dataloader(self):
-        return torch.utils.data.DataLoader(torch.randn(32, 4), batch_size=4)
-
-
-@pytest.mark.parametrize("error", [SIGTERMException, RuntimeError])
-def test_preemption_checkpoint_is_written_at_sigterm_only(error, tmp_path):
-    callback = PreemptionCheckpoint(tmp_path)
-    trainer = L.Trainer(
-        max_epochs=3,
-        callbacks=[callback],
-        logger=False,
-        enable_checkpointing=False,  # only the preemption checkpoint, in tmp_path (not ./checkpoints)
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    with pytest.raises(error):
-        trainer.fit(_Linear(stop_at=5, error=error))
-    written = sorted(p.name for p in tmp_path.iterdir())
-    if error is RuntimeError:
-        assert written == []  # a crashed step's state is not resumable
-        return
-    assert written == ["last.ckpt"]  # renamed into place: no .partial left
-    ckpt = torch.load(tmp_path / "last.ckpt", weights_only=True)
-    assert ckpt["global_step"] == 6  # the step that saw the signal is complete
