@@ -3,7 +3,8 @@
 The GPU machine comes bare (its own torch, transformers, torch-geometric, lightning; no package index, no
 spaCy, no model files) and lent for minutes, so a step that cannot start there costs the whole chance. The
 dry run runs every step of the real one at tiny sizes on the CPU and must leave each step's JSON without a
-recorded error.
+recorded error. Developer tooling, not a user's path: run before a device session,
+``python -m pytest -m slow tests/test_gpu_check.py`` (a minute and a half).
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"

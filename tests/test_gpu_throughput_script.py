@@ -70,6 +70,7 @@ def test_arguments_are_checked():
     assert script.T5_SMALL == {"d_model": 512, "d_ff": 2048, "num_layers": 6, "num_heads": 8, "d_kv": 64}
 
 
+@pytest.mark.slow  # with tests/test_gpu_check.py, before a device session
 def test_cpu_smoke_run_in_process_on_a_tiny_set(tiny_musique, glmrag_cache, tmp_path):
     """The quick default-run check of the script's code path (``fit(cfg, loggers)``, validation, JSON)."""
     sys.path.insert(0, str(SCRIPT.parent))

@@ -1,4 +1,5 @@
-"""The test helper that runs jobs (tests/job_runs.py): a hang shows where every process of the job waited."""
+"""The test helper that runs jobs (tests/job_runs.py): a hang shows where every process of the job waited. It
+serves the integration jobs, so it runs with them (``-m integration``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import sys
 
 import pytest
 from job_runs import JobHung, run_job, run_job_once_more_if_hung
+
+pytestmark = pytest.mark.integration
 
 RANK_ONE = "import time\\ndef rank_one_waits():\\n    time.sleep(60)\\nrank_one_waits()"
 HANGS = f"""

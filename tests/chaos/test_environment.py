@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.chaos, pytest.mark.integration]  # a pytest run in a subprocess
 
 ROOT = Path(__file__).resolve().parents[2]
 CALLER = {"WANDB_MODE": "disabled", "WANDB_API_KEY": "k" * 40, "GLMRAG_RUN_ID": "fixed", "SLURM_JOB_ID": "7"}

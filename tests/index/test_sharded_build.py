@@ -232,6 +232,7 @@ def job_config(tiny_musique, *overrides: str):
     return compose_config("build_index", [*base, *overrides])
 
 
+@pytest.mark.integration  # four index jobs
 def test_job_shards_and_merge_store_the_index_the_cache_reads(
     tiny_musique, data, one_machine, glmrag_cache, monkeypatch
 ):
@@ -255,6 +256,7 @@ def test_job_shards_and_merge_store_the_index_the_cache_reads(
         run_index(job_config(tiny_musique, "shard=0/2", "merge=true"))
 
 
+@pytest.mark.integration  # python -m glmrag.jobs.index in subprocesses
 def test_cli_runs(tmp_path):
     env = os.environ | {"GLMRAG_CACHE_DIR": str(tmp_path / "cache")}
     args = [sys.executable, "-m", "glmrag.jobs.index", "data=toy", "index.embed_model=null", "quiet=true"]
