@@ -31,7 +31,7 @@ untrained=$ckpts/untrained/last.ckpt
 baselines=(dense ppr bm25 hipporag hipporag2)
 for data in 2wiki_test 2wiki_dev 2wiki_train musique100; do
   { time python eval.py data=$data "retriever=[checkpoint,$(IFS=,; echo "${baselines[*]}")]" ckpt_path="$trained" \
-      +retriever.untrained._target_=glmrag.retrievers.gnn_checkpoint.load_checkpoint_retriever \
+      +retriever.untrained._target_=glmrag.retrievers.checkpoint.CheckpointRetriever \
       +retriever.untrained.ckpt_path="$untrained" reference=checkpoint study=cpu_2wiki \
       output_dir="$out/eval_$data" >"$out/eval_$data.log" 2>&1; } 2>"$out/eval_${data}_time.txt"
 done

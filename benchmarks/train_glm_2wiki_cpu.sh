@@ -43,7 +43,7 @@ untrained=$ckpts/untrained/last.ckpt
 # dense vs PPR. 2wiki_train: its held-out test split (data.split=null picks it). The GLMs rank passages with
 # softmax_sum (chosen on 2wiki_dev over GLM-RAG's idf_topk, benchmarks/RESULTS.md "The GLM learns"); the trained
 # GLM with idf_topk, the ranker it validated with, is the row glm_idf_topk.
-glm=glmrag.retrievers.gnn_checkpoint.load_checkpoint_retriever
+glm=glmrag.retrievers.checkpoint.CheckpointRetriever
 idf_topk=(+retriever.glm_idf_topk._target_=$glm +retriever.glm_idf_topk.ckpt_path="$trained")
 [ "$experiment" = glm_2wiki_cpu ] || idf_topk=()  # a prior's passages rank by its fused passage logits
 for data in ${DATASETS:-2wiki_test 2wiki_dev 2wiki_train musique100}; do

@@ -19,7 +19,7 @@ run glm_local model_name=glm_local_demo model.glm.attention=local
 run glm_untrained model_name=glm_untrained_demo trainer.max_epochs=1 model.lr.head=0 model.lr.backbone=0
 # All trained retrievers side by side on the same test questions (GFM-RAG+ from benchmarks/train_gnn_cpu.sh).
 best() { ls checkpoints/bench/${data}_$1/epoch*.ckpt | head -1; }
-ckpt() { echo "{_target_: glmrag.retrievers.gnn_checkpoint.load_checkpoint_retriever, ckpt_path: $(best $1)}"; }
+ckpt() { echo "{_target_: glmrag.retrievers.checkpoint.CheckpointRetriever, ckpt_path: $(best $1)}"; }
 python eval.py data=$data data.split=test reference=glm_demo output_dir=$out/eval_${data}_glm_vs_gnn \
   "+retriever.glm_demo=$(ckpt glm_demo)" "+retriever.glm_linear_demo=$(ckpt glm_linear)" \
   "+retriever.glm_local_demo=$(ckpt glm_local)" "+retriever.gfm_rag_plus_demo=$(ckpt plus)"

@@ -30,7 +30,7 @@ done
 
 # 2. Each test set: the four checkpoints, dense and PPR (the GLMs rank passages with softmax_sum, as in
 # train_glm_2wiki_cpu.sh; each GNN with its own validation's ranker).
-load=glmrag.retrievers.gnn_checkpoint.load_checkpoint_retriever
+load=glmrag.retrievers.checkpoint.CheckpointRetriever
 systems=()
 for family in glm_2wiki_cpu cpu_2wiki; do
   for train in 2wiki_train musique100; do

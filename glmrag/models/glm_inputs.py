@@ -100,8 +100,8 @@ class SubgraphSettings:
     Frank 2024, ``add_text_to_graph_data``); not stated in GLM-RAG. False: question tokens only."""
     position_conflict: str = "last"
     """Which triple positions a token pair several triples position (:mod:`glmrag.graph.positions`): ``last``
-    as the GLM reference code, or ``nearest`` (the positions of the nearest triple). Not in GLM-RAG. In :meth:`key` although only
-    the collate applies it (unless ``precompute``), so a cache folder names every rule it was made for."""
+    as the GLM reference code, or ``nearest`` (the nearest triple's). Not in GLM-RAG. In :meth:`key` although
+    only the collate applies it (unless ``precompute``), so a cache folder names every rule it was made for."""
     precompute: bool = False
     """Store each record's ``(L, L)`` positions and kinds in the shards (:data:`POSITION_COLUMNS`), so the
     collate only pads them; False: the collate computes them per batch."""

@@ -3,8 +3,9 @@
 A :class:`~glmrag.nn.glm_retriever.GLMRetriever` scores the entity nodes of each question's budgeted
 subgraph (:mod:`glmrag.models.subgraph_data` streams them). Loss (GLM-RAG App. B, B.2): 0.56 x masked ListCE
 over the subgraph's entity nodes plus 0.44 x GFM-RAG's weighted BCE over the same nodes. Optimiser (Table 14):
-AdamW, lr 5e-4 for the head and 1e-4 for the T5 backbone. Evaluation scatters the node logits over the KG's
-entities (``-inf`` outside the subgraph) and ranks passages as the GNN does.
+AdamW, lr 5e-4 for the head and 1e-4 for the T5 backbone. :meth:`GLMRetrieverModule.score` scatters the node
+logits over the KG's entities (``-inf`` outside the subgraph), and passages are ranked as the GNN ranks them
+(:meth:`~glmrag.models.retriever_module.RetrieverModule.rank`, in validation, test and the checkpoint retriever).
 
 With ``prior`` set (glmrag's, not in the papers; :mod:`glmrag.nn.prior`), every entity of the KG scores
 ``w log p(e | q)`` (HippoRAG's PPR) plus, inside the question's subgraph, the GLM's logit, whose last layer starts
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -34,13 +35,20 @@ import torch
 from torch import nn
 from transformers import AutoConfig, MPNetConfig, T5Config
 
+from glmrag.data.types import Question
 from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
 from glmrag.index.kg import KGIndex
-from glmrag.index.ranking import rank_passages, top_k_stable
-from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer
+from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
 from glmrag.models.kg_source import KGSource, source_settings
 from glmrag.models.losses import gfm_rag_loss, passage_list_ce
-from glmrag.models.retriever_module import Evaluation, LossWeights, RetrieverModule, prior_settings, typed_settings
+from glmrag.models.retriever_module import (
+    Evaluation,
+    LossWeights,
+    RetrieverModule,
+    Scores,
+    prior_settings,
+    typed_settings,
+)
 from glmrag.nn.glm import ATTENTIONS, BACKENDS, GLMEncoder, GraphEncoder
 from glmrag.nn.glm_mpnet import ABSOLUTE_POSITIONS, MPNetGLMEncoder
 from glmrag.nn.glm_retriever import AGGREGATIONS, GLMInputs, GLMRetriever
@@ -132,7 +140,7 @@ class LearningRates:
     """The T5 backbone (GLM-RAG Table 14: 1e-4)."""
     buckets: str = "backbone"
     """The three extra attention buckets train at the ``backbone`` rate (GLM reference code: they are rows of T5's
-    bias table) or at the ``head`` rate (glmrag before); not in GLM-RAG."""
+    bias table) or at the ``head`` rate; not in GLM-RAG."""
     prior: float | None = None
     """A prior's two scalars, its weight ``w`` and dense weight ``b`` (``model.prior``; glmrag's): None trains them
     at the ``head`` rate; experiment=cpu_2wiki trains the same two scalars at 5e-3."""
@@ -268,8 +276,24 @@ class GLMRetrieverModule(RetrieverModule):
 
     def subgraph_settings(self) -> SubgraphSettings:
         """How this module's subgraphs are built: the DataModule must build the same (checked in :meth:`setup`),
-        and :class:`~glmrag.retrievers.glm_checkpoint.GLMCheckpointRetriever` rebuilds them at inference."""
+        and :meth:`question_batch` builds them at inference."""
         return self.settings
+
+    @functools.cached_property
+    def tokenizer(self):
+        """The tokenizer of the subgraphs (``glm.tokenizer``), loaded on first use (:meth:`question_batch`)."""
+        return load_tokenizer(self.config.tokenizer)
+
+    def question_batch(self, questions: Sequence[Question], kg: str, question_emb: np.ndarray) -> dict[str, Any]:
+        """The batch of ``questions`` as the SubgraphDataModule serves it: their records
+        (:func:`~glmrag.models.glm_inputs.question_record`, this module's subgraph settings and tokenizer)
+        padded by :class:`~glmrag.models.glm_inputs.GLMCollate`. Shapes: **question_emb** ``(Q, d)``."""
+        index = self.kg_source().index(kg)
+        records = [
+            question_record(index, q, kg, self.tokenizer, self.settings, emb)
+            for q, emb in zip(questions, question_emb, strict=True)
+        ]
+        return GLMCollate(self.settings.position_mode, position_conflict=self.settings.position_conflict)(records)
 
     def parameter_groups(self) -> list[dict[str, Any]]:
         """Two AdamW groups: the head at ``lr.head``, the T5 backbone at ``lr.backbone`` (GLM-RAG Table 14).
@@ -374,46 +398,37 @@ class GLMRetrieverModule(RetrieverModule):
         weight = self.prior.dense_weight
         return passage_logits(entity_logits, kg.passage_entities, weight, question_emb, kg.passage_emb)
 
-    def ranked_passages(self, batch: dict[str, Any], logits: torch.Tensor) -> list[list[str]]:
-        """The best ``max(ks)`` passages of each row; entities outside a row's subgraph get ``-inf``.
+    def score(self, batch: dict[str, Any], logits: torch.Tensor | None = None) -> list[Scores]:
+        """The scores of the batch's rows, per KG: the GLM's logit at each subgraph entity node and ``-inf``
+        elsewhere, or with a prior the fused entity logits (:meth:`fused_entity_logits`) and, with its dense term,
+        the fused passage logits (:meth:`passage_scores`), which rank the passages instead of the document ranker.
 
-        Rows are ranked together per KG (a batch may mix KGs).
+        Shapes: **logits** ``(B, N)`` node logits -> per KG entities ``(b, E)`` float64, passages ``(b, P)`` or None.
         """
-        node_logits = logits.detach().float().cpu().numpy()  # (B, N)
-        entity_of_node = batch["entity_of_node"].cpu().numpy()  # (B, N)
-        node_mask = batch["node_mask"].cpu().numpy()  # (B, N)
-        ranked: list[list[str]] = [[] for _ in batch["kg"]]
+        if logits is None:
+            logits = self(GLMInputs.from_batch(batch)).float()  # (B, N)
+        out = []
         for kg, rows in kg_rows(batch["kg"]).items():
             index = self.kg_source().index(kg)
-            if self.prior is not None:
-                with torch.no_grad():
-                    positions = self.prior_ranking(batch, logits.detach(), kg, rows, max(self.ks), index)
-            else:
-                scores = np.stack(
-                    [entity_scores(node_logits[r], entity_of_node[r], node_mask[r], index.num_entities) for r in rows]
-                )  # (b, E)
-                positions, _ = rank_passages(
-                    scores, index, max(self.ks), self.evaluation.ranker, self.evaluation.top_entities
-                )  # (b, max ks)
-            for row, top in zip(rows, positions, strict=True):
-                ranked[row] = [index.passage_ids[p] for p in top]
-        return ranked
-
-    def prior_ranking(
-        self, batch: dict[str, Any], logits: torch.Tensor, kg: str, rows: list[int], top_k: int, index: KGIndex
-    ) -> np.ndarray:
-        """The best ``top_k`` passage positions of ``rows`` (all of KG ``kg``) for a model with a prior: by the
-        fused passage logits with a dense term, else by the ranker over the fused entity logits.
-
-        Shapes: **logits** ``(B, N)`` -> ``(len(rows), top_k)``.
-        """
-        kg_tensors = self.prior_kg(kg)
-        fused = self.fused_entity_logits(batch, logits, rows, index, kg_tensors)  # (b, E)
-        if self.has_dense_term:
-            scores = self.passage_scores(fused, kg_tensors, batch["question_emb"][rows].to(self.device))
-            return top_k_stable(scores.cpu().numpy(), top_k)[0]
-        method, top_entities = self.evaluation.ranker, self.evaluation.top_entities
-        return rank_passages(fused.cpu().numpy(), index, top_k, method, top_entities)[0]
+            if self.prior is None:
+                node_logits = logits[rows].float().cpu().numpy()  # (b, N)
+                entity_of_node = batch["entity_of_node"][rows].cpu().numpy()  # (b, N)
+                node_mask = batch["node_mask"][rows].cpu().numpy()  # (b, N)
+                entities = [
+                    entity_scores(*row, index.num_entities)
+                    for row in zip(node_logits, entity_of_node, node_mask, strict=True)
+                ]
+                out.append(Scores(index, rows, np.stack(entities)))  # (b, E)
+                continue
+            kg_tensors = self.prior_kg(kg)
+            fused = self.fused_entity_logits(batch, logits, rows, index, kg_tensors)  # (b, E)
+            passages = None
+            if self.has_dense_term:
+                question_emb = batch["question_emb"][rows].to(self.device)  # (b, d)
+                passages = self.passage_scores(fused, kg_tensors, question_emb).cpu().numpy()  # (b, P)
+            # float64 as without a prior: the simple and softmax_sum rankers sum in the scores' type
+            out.append(Scores(index, rows, fused.cpu().numpy().astype(np.float64), passages))
+        return out
 
 
 def kg_rows(kgs: list[str], keep: list[bool] | None = None) -> dict[str, list[int]]:

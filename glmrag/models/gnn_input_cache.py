@@ -1,7 +1,7 @@
 """GNN inputs (relation features, question embeddings), cached on disk next to the indexes.
 
 :class:`~glmrag.models.gnn_datamodule.KGQADataModule` and the GNN checkpoint retriever
-(:mod:`glmrag.retrievers.gnn_checkpoint`) share these files, keyed by what built them.
+(:mod:`glmrag.retrievers.checkpoint`) share these files, keyed by what built them.
 """
 
 from __future__ import annotations

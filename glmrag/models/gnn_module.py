@@ -4,10 +4,11 @@ GFM-RAG (Luo et al. 2025) pretrains its :class:`~glmrag.nn.gnn.QueryGNN` on KG c
 (``stage="kgc"``, :mod:`glmrag.nn.kgc`) and fine-tunes it to rank the entities of a question's supporting
 passages (``stage="qa"``, :func:`~glmrag.models.losses.gfm_rag_loss`); GLM-RAG Table 14's settings are the
 defaults. The module takes typed settings nodes: ``gnn`` (:class:`~glmrag.nn.gnn.GNNConfig`), ``subgraph``,
-``loss``, ``kgc``, ``evaluation``. Validation ranks passages with the evaluator's ranker, so ``val/recall@2``
-is what a :class:`~glmrag.retrievers.gnn_checkpoint.CheckpointRetriever` of it scores. The KGs come from the
-:class:`~glmrag.models.kg_source.GraphSource` given as ``kgs`` (the training job gives the DataModule:
-``kgs.graph(kg)``, ``kgs.index(kg)``); nothing graph-sized is saved in a checkpoint. With
+``loss``, ``kgc``, ``evaluation``. Validation ranks passages with
+:meth:`~glmrag.models.retriever_module.RetrieverModule.rank`, as a
+:class:`~glmrag.retrievers.checkpoint.CheckpointRetriever` of it does, so ``val/recall@2`` is what the evaluator
+scores. The KGs come from the :class:`~glmrag.models.kg_source.GraphSource` given as ``kgs`` (the training job
+gives the DataModule: ``kgs.graph(kg)``, ``kgs.index(kg)``); nothing graph-sized is saved in a checkpoint. With
 ``subgraph.max_triplets`` set, each question reads only the subgraph the GLM reads (GLM-RAG §5.5, Table 3;
 :func:`question_subgraphs`), entities outside it get ``-inf``, and the loss is normalised over it (App. B.2).
 With ``prior`` set (glmrag's, not in the papers), the logits are :mod:`glmrag.nn.prior`'s plus the GNN's
@@ -21,18 +22,27 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
+from glmrag.data.types import Question
 from glmrag.graph.subgraph import MAX_HOPS, Subgraph, select_subgraph
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
-from glmrag.index.ranking import rank_passages
 from glmrag.io import load_checkpoint_dict, plain_container
 from glmrag.models.glm_inputs import SubgraphSettings
+from glmrag.models.gnn_batches import QACollate, QARecord
 from glmrag.models.kg_source import GraphSource, source_settings
 from glmrag.models.losses import gfm_rag_loss, passage_list_ce
-from glmrag.models.retriever_module import Evaluation, LossWeights, RetrieverModule, prior_settings, typed_settings
+from glmrag.models.retriever_module import (
+    Evaluation,
+    LossWeights,
+    RetrieverModule,
+    Scores,
+    prior_settings,
+    typed_settings,
+)
 from glmrag.nn.gnn import GNNConfig, QueryGNN
 from glmrag.nn.graph_inputs import GraphInputs
 from glmrag.nn.kgc import ADVERSARIAL_TEMPERATURE, NUM_NEGATIVES, kgc_loss, sample_kgc_batch
@@ -381,18 +391,24 @@ class GNNRetrieverModule(RetrieverModule):
         self.log_train_loss(loss, len(batch["triples"]))
         return loss
 
-    def ranked_passages(self, batch: dict[str, Any], logits: torch.Tensor) -> list[list[str]]:
-        """The best ``max(ks)`` passages of each row, from the logits of every entity of the batch's KG."""
-        index, fused = self.index(batch["kg"]), None
-        if self.has_dense_term:  # the fused passage score (glmrag/nn/prior.py), not a ranker of the entity scores
-            with torch.no_grad():
-                fused = self.passage_logits(batch["kg"], logits, batch["question_emb"]).cpu().numpy()  # (B, P)
-        positions, _ = rank_passages(
-            logits.detach().float().cpu().numpy(),
-            index,
-            top_k_passages=max(self.ks),
-            method=self.evaluation.ranker,
-            top_entities=self.evaluation.top_entities,
-            fused=fused,
-        )  # (B, max ks)
-        return [[index.passage_ids[p] for p in row] for row in positions]
+    def score(self, batch: dict[str, Any], logits: torch.Tensor | None = None) -> list[Scores]:
+        """The logits of every entity of the batch's KG and, with a prior's dense term, the fused passage logits
+        (:meth:`passage_logits`), which rank the passages instead of the document ranker.
+
+        Shapes: **logits** ``(B, E)`` -> entities ``(B, E)`` float32, passages ``(B, P)`` or None.
+        """
+        kg = batch["kg"]
+        if logits is None:
+            subgraphs = self.subgraphs(kg, batch["question_ids"])
+            logits = self(self.graph(kg), batch["question_emb"], batch["seed_weight"], subgraphs)  # (B, E)
+        passages = None
+        if self.has_dense_term:
+            passages = self.passage_logits(kg, logits, batch["question_emb"]).cpu().numpy()  # (B, P)
+        return [Scores(self.index(kg), list(range(len(logits))), logits.float().cpu().numpy(), passages)]
+
+    def question_batch(self, questions: Sequence[Question], kg: str, question_emb: np.ndarray) -> dict[str, Any]:
+        """The QA batch of ``questions`` (:class:`~glmrag.models.gnn_batches.QACollate`, as in validation), without
+        target entities (:meth:`score` does not read them). Shapes: **question_emb** ``(Q, d)``."""
+        emb = torch.from_numpy(np.asarray(question_emb, dtype=np.float32))  # (Q, d)
+        records = [QARecord(kg, q.id, (), tuple(q.supporting), e) for q, e in zip(questions, emb, strict=True)]
+        return QACollate({kg: self.index(kg)}, {}, train=False)([(r, False) for r in records])

@@ -1,11 +1,15 @@
 """What every trained retriever's LightningModule shares: evaluation by the evaluator's metrics, logging,
 the best-epoch tracker and the optimizer.
 
-A subclass supplies ``model_step(batch) -> (loss, logits)`` and ``ranked_passages(batch, logits)``, the
-passage ids it ranks for each row, best first. Validation and test then score those lists with
-:func:`glmrag.index.ranking_metrics.retrieval_metrics` (lists of ``max(ks)`` passages; rows that are padding or
-have no gold passage are left out, as the evaluator does), so ``val/recall@2`` is the number the
-evaluator reports for a checkpoint retriever of the module on the same questions.
+A subclass supplies ``model_step(batch) -> (loss, logits)``, ``score(batch, logits)`` (the entity scores of
+each row, and the passage scores where the module scores passages itself) and ``question_batch`` (a batch of
+questions as its DataModule serves it). :meth:`RetrieverModule.rank` turns scores into a
+:class:`~glmrag.index.ranking.Ranking` per row with the document ranker of ``evaluation``: the one ranking of a
+trained model. Validation and test score its lists of ``max(ks)`` passages with
+:func:`glmrag.index.ranking_metrics.retrieval_metrics` (rows that are padding or have no gold passage are left
+out, as the evaluator does), and the checkpoint retriever (:mod:`glmrag.retrievers.checkpoint`) calls it on
+the evaluator's questions, so ``val/recall@2`` is the number the evaluator reports for the module on the same
+questions. A checkpoint records the class that saved it (:data:`MODULE_CLASS_KEY`, :func:`saved_module_class`).
 
 Log keys (lightning-hydra-template): ``train/loss``; ``val/loss``, ``val/recall@k``, ``val/mrr`` and
 ``val/recall@2_best``; ``test/...`` likewise. The settings both modules share (:class:`LossWeights`,
@@ -16,21 +20,25 @@ Log keys (lightning-hydra-template): ``train/loss``; ``val/loss``, ``val/recall@
 from __future__ import annotations
 
 import copy
+import importlib
 import logging
 import math
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 from lightning import LightningModule
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 from torchmetrics import MaxMetric, MeanMetric, Metric
 
-from glmrag.data.types import FINGERPRINT_VERSION
-from glmrag.index.ranking import DOC_RANKER_ENTITIES, RANKERS
+from glmrag.data.types import FINGERPRINT_VERSION, Question
+from glmrag.index.kg import KGIndex
+from glmrag.index.ranking import DOC_RANKER_ENTITIES, RANKERS, Ranking, make_rankings, rank_passages, top_k_stable
 from glmrag.index.ranking_metrics import retrieval_metrics
 from glmrag.io import plain_container
 from glmrag.models.checkpointing import (
@@ -38,6 +46,7 @@ from glmrag.models.checkpointing import (
     HPARAMS_LAYOUT_KEY,
     SEEN_QUESTIONS_KEY,
     SEEN_VERSION_KEY,
+    CheckpointLayoutError,
     check_layout,
 )
 from glmrag.models.kg_datamodule import settings_from
@@ -54,6 +63,9 @@ log = logging.getLogger(__name__)
 
 BEST_METRIC = "recall@2"
 """The headline metric (GLM-RAG §5) whose best value is logged as ``val/recall@2_best``."""
+MODULE_CLASS_KEY = "glmrag_module_class"
+"""Checkpoint entry: the import path of the :class:`RetrieverModule` subclass that saved it
+(``glmrag.models.gnn_module.GNNRetrieverModule``), the class that loads it back (:func:`saved_module_class`)."""
 
 Optimizer = Callable[..., torch.optim.Optimizer]
 _Settings = TypeVar("_Settings")
@@ -142,6 +154,21 @@ class Evaluation:
             raise ValueError(f"model.evaluation.top_entities={self.top_entities!r}: must be an integer >= 1")
 
 
+@dataclass
+class Scores:
+    """What :meth:`RetrieverModule.score` gives for some rows of a batch, all of one KG."""
+
+    index: KGIndex
+    """The KG's index."""
+    rows: list[int]
+    """The batch rows scored, in the order of the score rows."""
+    entities: np.ndarray
+    """``(b, E)`` entity scores; ``-inf`` for an entity the module does not score."""
+    passages: np.ndarray | None = None
+    """``(b, P)`` passage scores that rank the passages (a prior's fused passage logits, :mod:`glmrag.nn.prior`);
+    None: the evaluation's document ranker over :attr:`entities`."""
+
+
 class RetrieverModule(LightningModule, ABC):
     """Base class of the retriever modules; call :meth:`init_evaluation` in ``__init__``.
 
@@ -226,8 +253,31 @@ class RetrieverModule(LightningModule, ABC):
         """The loss over the batch's real rows and the logits the ranking reads."""
 
     @abstractmethod
-    def ranked_passages(self, batch: dict[str, Any], logits: torch.Tensor) -> list[list[str]]:
-        """For each row of ``batch``, the ids of its ``max(ks)`` best passages, best first."""
+    def score(self, batch: dict[str, Any], logits: torch.Tensor | None = None) -> list[Scores]:
+        """The scores of every row of ``batch``, one :class:`Scores` per KG; ``logits``: the batch's logits from
+        :meth:`model_step`, computed here when None."""
+
+    @abstractmethod
+    def question_batch(self, questions: Sequence[Question], kg: str, question_emb: np.ndarray) -> dict[str, Any]:
+        """The evaluation batch of ``questions`` asked over the KG ``kg`` of :attr:`kgs`, as this module's
+        DataModule serves it; ``question_emb``: their ``(Q, d)`` sentence embeddings by ``embed_model``."""
+
+    def rank(self, batch: dict[str, Any], top_k: int, logits: torch.Tensor | None = None) -> list[Ranking]:
+        """One :class:`~glmrag.index.ranking.Ranking` per row of ``batch``: its ``top_k`` best passages, ranked by
+        :meth:`score` and ``evaluation`` (the passage scores where :meth:`score` gives them, else the document
+        ranker over the entity scores), and its ``evaluation.top_entities`` best entities. ``logits``: as
+        :meth:`score`'s."""
+        ranker, top_entities = self.evaluation.ranker, self.evaluation.top_entities
+        with torch.no_grad():
+            scored = self.score(batch, None if logits is None else logits.detach())
+        by_row: dict[int, Ranking] = {}
+        for s in scored:
+            positions, values = rank_passages(s.entities, s.index, top_k, ranker, top_entities, s.passages)  # (b, k)
+            entities, entity_values = top_k_stable(s.entities, top_entities)  # (b, top_entities)
+            ids = [batch["question_ids"][row] for row in s.rows]
+            ranked = make_rankings(ids, s.index.passage_ids, positions, values, entities, entity_values)
+            by_row.update(zip(s.rows, ranked, strict=True))
+        return [by_row[row] for row in range(len(batch["question_ids"]))]
 
     def parameter_groups(self) -> Iterable[nn.Parameter] | list[dict[str, Any]]:
         """What the optimizer gets as ``params``: all parameters unless a subclass splits them."""
@@ -248,10 +298,10 @@ class RetrieverModule(LightningModule, ABC):
         loss, logits = self.model_step(batch)
         real = batch["real"].tolist()
         loss_metric.update(loss, weight=sum(real))
-        for row, (ranked, gold) in enumerate(zip(self.ranked_passages(batch, logits), batch["gold"], strict=True)):
+        for row, (ranking, gold) in enumerate(zip(self.rank(batch, max(self.ks), logits), batch["gold"], strict=True)):
             if not real[row] or not gold:  # padding, or no gold passage (the evaluator excludes it)
                 continue
-            values = retrieval_metrics(ranked, gold, self.ks)
+            values = retrieval_metrics(ranking.passage_ids, gold, self.ks)
             for name in self.metric_names:
                 metrics[name].update(values[name])
 
@@ -282,10 +332,12 @@ class RetrieverModule(LightningModule, ABC):
         self._log_epoch("test", self.test_loss, self.test_metrics)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Record the layout of the hyper-parameters (:data:`~glmrag.models.checkpointing.HPARAMS_LAYOUT`) and
-        the fingerprints of the questions the run trained and validated on (the evaluator refuses
-        to score them, whatever the dataset is called: :mod:`glmrag.eval.overlap`)."""
+        """Record the layout of the hyper-parameters (:data:`~glmrag.models.checkpointing.HPARAMS_LAYOUT`), this
+        module's class (:data:`MODULE_CLASS_KEY`) and the fingerprints of the questions the run trained and
+        validated on (the evaluator refuses to score them, whatever the dataset is called:
+        :mod:`glmrag.eval.overlap`)."""
         checkpoint[HPARAMS_LAYOUT_KEY] = HPARAMS_LAYOUT
+        checkpoint[MODULE_CLASS_KEY] = f"{type(self).__module__}.{type(self).__qualname__}"
         seen = getattr(self.kgs, "seen_questions", None)
         if seen is not None:
             checkpoint[SEEN_QUESTIONS_KEY] = sorted(seen)
@@ -332,6 +384,30 @@ class RetrieverModule(LightningModule, ABC):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "monitor": "val/loss", "interval": "epoch", "frequency": 1},
         }
+
+
+def saved_module_class(checkpoint: Mapping[str, Any], path: str | os.PathLike[str]) -> type[RetrieverModule]:
+    """The :class:`RetrieverModule` subclass that saved ``checkpoint``, the file at ``path`` (its
+    :data:`MODULE_CLASS_KEY`).
+
+    Only a class of the ``glmrag`` package is imported. A checkpoint that records none, or names something else,
+    is a :class:`~glmrag.models.checkpointing.CheckpointLayoutError` naming the file and the fix.
+    """
+    name = checkpoint.get(MODULE_CLASS_KEY)
+    found = None
+    if isinstance(name, str) and name.split(".")[0] == "glmrag":
+        module, _, attr = name.rpartition(".")
+        try:
+            found = getattr(importlib.import_module(module), attr, None)
+        except ImportError:
+            pass
+    if isinstance(found, type) and issubclass(found, RetrieverModule):
+        return found
+    held = "records no module class" if name is None else f"names the module class {name!r}, which this glmrag lacks"
+    raise CheckpointLayoutError(
+        f"checkpoint {path} {held} ({MODULE_CLASS_KEY}), so it cannot be loaded as a retriever; train the model "
+        "again with this glmrag"
+    )
 
 
 class StepSchedule:

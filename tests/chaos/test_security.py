@@ -16,7 +16,7 @@ from glmrag.data.registry import load_dataset
 from glmrag.index.cache import get_index
 from glmrag.io import CheckpointPathError, load_checkpoint_dict
 from glmrag.jobs.evaluate import run_eval
-from glmrag.retrievers.gnn_checkpoint import load_checkpoint_retriever
+from glmrag.retrievers.checkpoint import CheckpointRetriever
 from tests.chaos.conftest import ROOT, compose_config, file_handler, write_evil_checkpoint
 
 pytestmark = pytest.mark.chaos
@@ -47,7 +47,7 @@ def test_checkpoint_retriever_refuses_a_url(tmp_path, serve):
     marker = tmp_path / "pwned"
     url = serve(file_handler(write_evil_checkpoint(tmp_path / "e.ckpt", marker).read_bytes())) + "/e.ckpt"
     with pytest.raises(CheckpointPathError, match="remote checkpoints are refused"):
-        load_checkpoint_retriever(url)
+        CheckpointRetriever(url)
     assert not marker.exists()
 
 
@@ -65,7 +65,7 @@ def test_local_malicious_checkpoint_is_refused_weights_only(tmp_path):
 )
 def test_unset_or_missing_checkpoint_names_the_path(value, message):
     with pytest.raises(CheckpointPathError, match=message):
-        load_checkpoint_retriever(value)
+        CheckpointRetriever(value)
 
 
 def test_manifest_without_a_required_entry_is_refused(tmp_path):

@@ -13,7 +13,7 @@ from glmrag.data.registry import load_dataset
 from glmrag.index.embed import Embedder
 from glmrag.index.ranking import top_k_stable
 from glmrag.nn.prior import MASS_FLOOR
-from glmrag.retrievers.glm_checkpoint import GLMCheckpointRetriever
+from glmrag.retrievers.checkpoint import CheckpointRetriever
 from glmrag.retrievers.ppr import PPRRetriever
 
 PRIOR = {"kind": "ppr", "dense_weight": 10.0}
@@ -44,8 +44,8 @@ def val_rankings(model, dm) -> dict[str, list[str]]:
     with torch.no_grad():
         for batch in dm.val_dataloader():
             _, logits = model.model_step(batch)
-            for qid, ranked in zip(batch["question_ids"], model.ranked_passages(batch, logits), strict=True):
-                out[qid] = ranked
+            for ranking in model.rank(batch, TOP_K, logits):
+                out[ranking.question_id] = ranking.passage_ids
     return out
 
 
@@ -102,13 +102,11 @@ def test_training_moves_the_glm_off_its_prior(connected, index_config, cpu_train
 
     path = tmp_path / "glm_prior.ckpt"
     trainer.save_checkpoint(path)
-    retriever = GLMCheckpointRetriever(str(path))
+    retriever = CheckpointRetriever(str(path))
     index, full = dm.index("musique100"), load_dataset("musique100")
     by_id = {q.id: q for q in full.qa}
     validation = val_rankings(trained, dm)
     questions = [by_id[q] for q in validation]
     rankings = retriever.retrieve(questions, index, full.corpus, top_k=TOP_K)
     for question, ranking in zip(questions, rankings, strict=True):
-        assert ranking.passage_ids[: len(validation[question.id])] == validation[question.id][:TOP_K]
-    with pytest.raises(ValueError, match="pass the corpus"):
-        GLMCheckpointRetriever(str(path)).entity_scores(questions[:1], index)
+        assert ranking.passage_ids == validation[question.id]

@@ -11,6 +11,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from glmrag.data.types import Corpus, Passage
 from glmrag.graph.subgraph import select_subgraph
 from glmrag.index.embed import Embedder
 from glmrag.index.synthetic import random_kg, random_questions
@@ -19,8 +20,9 @@ from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer, question_
 from glmrag.models.gnn_module import GNNRetrieverModule
 from glmrag.models.kg_source import StaticKGs
 from glmrag.models.losses import gfm_rag_loss
+from glmrag.models.retriever_module import MODULE_CLASS_KEY
 from glmrag.nn.graph_inputs import graph_inputs, seed_weights
-from glmrag.retrievers.gnn_checkpoint import CheckpointRetriever
+from glmrag.retrievers.checkpoint import CheckpointRetriever
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "offline:all-MiniLM-L6-v2"
@@ -168,6 +170,7 @@ def test_checkpoint_retriever_rebuilds_the_subgraphs(tmp_path):
     """The retriever restricts each question to the GLM record's triples from the checkpoint alone."""
     index = random_kg(50, 160, seed=2)
     questions = random_questions(index, 5, seed=6)
+    corpus = Corpus([Passage(p, p, p) for p in index.passage_ids])
     dims = {"question_dim": 384, "relation_dim": 384, "node_dim": 384}
     torch.manual_seed(0)
     module = GNNRetrieverModule(
@@ -178,12 +181,20 @@ def test_checkpoint_retriever_rebuilds_the_subgraphs(tmp_path):
         "hyper_parameters": dict(module.hparams),
         "pytorch-lightning_version": lightning.__version__,
         HPARAMS_LAYOUT_KEY: HPARAMS_LAYOUT,
+        MODULE_CLASS_KEY: "glmrag.models.gnn_module.GNNRetrieverModule",
     }
     torch.save(ckpt, tmp_path / "gnn.ckpt")
-    retriever = CheckpointRetriever(str(tmp_path / "gnn.ckpt"), cache_dir=str(tmp_path / "inputs"))
-    logits = retriever.entity_logits(questions, index)  # (Q, E)
 
-    graph = retriever.graph(index)
+    def entity_logits(path) -> torch.Tensor:
+        """(Q, E): every entity's score in the checkpoint retriever's rankings (all entities returned)."""
+        retriever = CheckpointRetriever(str(path), top_entities=index.num_entities, cache_dir=str(tmp_path / "inputs"))
+        out = torch.empty(len(questions), index.num_entities)
+        for row, ranking in enumerate(retriever.retrieve(questions, index, corpus)):
+            out[row, ranking.entity_ids] = torch.tensor(ranking.entity_scores)
+        return out
+
+    logits = entity_logits(tmp_path / "gnn.ckpt")
+    graph = graph_inputs(index, Embedder(MODEL), node_features=False)
     query = torch.from_numpy(Embedder(MODEL).encode([q.question for q in questions]))
     weight = seed_weights(index, [q.id for q in questions])
     settings = SubgraphSettings(max_hops=2, max_triplets=12, seed=3)
@@ -209,8 +220,7 @@ def test_checkpoint_retriever_rebuilds_the_subgraphs(tmp_path):
 
     ckpt["hyper_parameters"]["subgraph"] = {"max_triplets": None}  # the whole KG
     torch.save(ckpt, tmp_path / "old.ckpt")
-    old = CheckpointRetriever(str(tmp_path / "old.ckpt"), cache_dir=str(tmp_path / "inputs"))
-    assert torch.isfinite(old.entity_logits(questions, index)).all()
+    assert torch.isfinite(entity_logits(tmp_path / "old.ckpt")).all()
 
 
 # --- configs: Table 3 -----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from glmrag.models.glm_module import GLM_LOSS, GLMConfig, GLMRetrieverModule, Le
 from glmrag.models.gnn_module import GNNRetrieverModule, KGCSettings
 from glmrag.models.retriever_module import Evaluation, LossWeights
 from glmrag.nn.gnn import GNNConfig
-from glmrag.retrievers.gnn_checkpoint import named_models
+from glmrag.retrievers.checkpoint import named_models
 
 T5_TINY = {"d_model": 16, "d_ff": 32, "num_layers": 1, "num_heads": 2, "d_kv": 8}
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from glmrag.models.retriever_module import Evaluation, RetrieverModule, StepSchedule, warmup_cosine
+from glmrag.models.retriever_module import Evaluation, RetrieverModule, Scores, StepSchedule, warmup_cosine
 
 
 class Regression(RetrieverModule):
@@ -29,8 +29,11 @@ class Regression(RetrieverModule):
     def model_step(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         return (self.weight * batch["x"]).pow(2).mean(), batch["x"]
 
-    def ranked_passages(self, batch: dict[str, Any], logits: torch.Tensor) -> list[list[str]]:
-        return [[] for _ in batch["real"]]
+    def score(self, batch: dict[str, Any], logits: torch.Tensor | None = None) -> list[Scores]:
+        return []
+
+    def question_batch(self, questions: Any, kg: str, question_emb: Any) -> dict[str, Any]:
+        raise NotImplementedError
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         self.lrs.append(self.optimizers().param_groups[0]["lr"])
