@@ -291,7 +291,12 @@ def subgraphs(tmp_path_factory):
 
 @pytest.mark.usefixtures("tiny_musique")
 @pytest.mark.parametrize(
-    "parts", [glm_parts, gnn_parts, gnn_step_schedule_worker_parts], ids=["glm", "gnn", "gnn_step_schedule_worker"]
+    "parts",
+    [
+        pytest.param(glm_parts, id="glm", marks=pytest.mark.integration),  # half a minute: the GLM on musique_tiny
+        pytest.param(gnn_parts, id="gnn"),
+        pytest.param(gnn_step_schedule_worker_parts, id="gnn_step_schedule_worker"),
+    ],
 )
 def test_sigterm_mid_epoch_then_resume_repeats_the_uninterrupted_run(parts, index_config, subgraphs, tmp_path):
     """One process on CPU, for both training loaders the jobs use: the same per-step training losses, bit for

@@ -74,6 +74,7 @@ def fit_on_training_questions(make, index_config, cpu_trainer, cache, tmp_path_f
     return SimpleNamespace(dm=dm, model=model, trainer=trainer, before=before, after=after)
 
 
+@pytest.mark.integration  # trains a GLM on musique100
 def test_training_fits_the_training_questions(fitted):
     before, after = fitted.before, fitted.after
     print(f"untrained {before}\ntrained {after}")
@@ -82,6 +83,7 @@ def test_training_fits_the_training_questions(fitted):
     assert set(fitted.after) >= {"val/loss", "val/recall@2", "val/recall@5", "val/mrr"}
 
 
+@pytest.mark.integration  # trains a GLM on musique100
 def test_loss_is_normalised_over_the_subgraphs_entity_nodes_only(fitted):
     """Padding the batch with more (unscored) node columns changes neither the logits nor the loss."""
     batch = next(iter(fitted.dm.val_dataloader()))
@@ -110,6 +112,7 @@ def test_two_learning_rates_cover_every_parameter_once():
     assert {id(p) for p in model.net.scorer.parameters()} <= head and id(model.net.encoder.extra_bias) in head
 
 
+@pytest.mark.integration  # trains a GLM on musique100
 def test_load_from_checkpoint_gives_the_same_logits(fitted, tmp_path):
     path = tmp_path / "glm.ckpt"
     fitted.trainer.save_checkpoint(path)
@@ -128,6 +131,7 @@ def test_datamodule_with_other_subgraphs_is_refused(index_config, cpu_trainer, c
         trainer.validate(make_model(kgs=dm), datamodule=dm, verbose=False)
 
 
+@pytest.mark.integration  # trains a GLM on musique100
 def test_resuming_from_last_checkpoint_matches_an_uninterrupted_run(index_config, cpu_trainer, cache, tmp_path):
     """Epoch 2 after a restart streams the same shuffled batches and ends with the same weights."""
 

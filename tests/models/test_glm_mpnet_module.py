@@ -40,12 +40,14 @@ def fitted(index_config, cpu_trainer, tmp_path_factory):
     return fit_on_training_questions(make_model, index_config, cpu_trainer, cache, tmp_path_factory)
 
 
+@pytest.mark.integration  # trains an MPNet GLM on musique100
 def test_the_mpnet_glm_fits_its_training_questions(fitted):
     assert isinstance(fitted.model.net.encoder, MPNetGLMEncoder)
     assert fitted.after["val/loss"] < fitted.before["val/loss"] - 0.2
     assert fitted.after["val/recall@2"] >= fitted.before["val/recall@2"] + 0.1
 
 
+@pytest.mark.integration  # trains an MPNet GLM on musique100
 def test_load_from_checkpoint_gives_the_same_logits(fitted, tmp_path):
     path = tmp_path / "glm.ckpt"
     fitted.trainer.save_checkpoint(path)

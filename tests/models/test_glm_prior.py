@@ -19,7 +19,7 @@ from glmrag.retrievers.ppr import PPRRetriever
 PRIOR = {"kind": "ppr", "dense_weight": 10.0}
 TOP_K = 10
 
-pytestmark = pytest.mark.usefixtures("glmrag_cache")
+pytestmark = [pytest.mark.usefixtures("glmrag_cache"), pytest.mark.integration]  # trains a GLM on musique100
 
 
 def make_prior_model(**overrides):
