@@ -84,7 +84,7 @@ def assert_same_index(merged, reference, corpus, questions) -> None:
         assert [r.passage_ids for r in got] == [r.passage_ids for r in want], retriever.name
 
 
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [2, pytest.param(3, marks=pytest.mark.integration)])
 def test_sharded_build_merged_equals_one_machine_build(n, data, extractor, embedder, one_machine, tmp_path):
     counts = one_machine.manifest["counts"]
     assert counts["synonym_edges"] > 0 and counts["questions_linked"] == len(data.qa)  # the case shows something
