@@ -34,8 +34,13 @@ def main_job(tmp_path: Path, name: str, cache: Path, experiment: str) -> dict:
     return json.loads((out / "eval" / "metrics.json").read_text())
 
 
-@pytest.mark.integration  # two musique100 training jobs, minutes
-@pytest.mark.parametrize("experiment", ["demo_prior", "demo"])
+@pytest.mark.parametrize(
+    "experiment",
+    [
+        pytest.param("demo_prior", marks=pytest.mark.integration),  # the main job: two musique100 runs, minutes
+        pytest.param("demo", marks=pytest.mark.slow),  # the same path with another model
+    ],
+)
 def test_two_runs_of_the_main_job_give_identical_metrics(tmp_path, experiment):
     cache = tmp_path / "cache"
     first, second = main_job(tmp_path, "a", cache, experiment), main_job(tmp_path, "b", cache, experiment)

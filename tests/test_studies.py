@@ -28,7 +28,9 @@ SECTION = ("## Every study at toy scale on a CPU", "\n## ")
 STUDIES = sorted(p.stem.removeprefix("study_") for p in (ROOT / "configs" / "experiment").glob("study_*.yaml"))
 EVAL_STUDIES = sorted(p.stem for p in (ROOT / "configs" / "eval_study").glob("*.yaml"))
 
-pytestmark = pytest.mark.integration
+IN_CI = ("data_scaling", "latency", "subgraph_restriction")
+"""The studies CI runs through their report (the scaling ablation, the cheapest, GLM-RAG Table 3); the others
+share their path and run with ``-m slow`` (minutes each)."""
 
 
 def readme_blocks() -> tuple[str, dict[str, str]]:
@@ -72,6 +74,7 @@ def expected_jobs(command: list[str], study: str, train_config) -> int:
     return math.prod(counts.values())
 
 
+@pytest.mark.integration
 def test_every_study_has_a_toy_block():
     assert sorted(BLOCKS) == sorted(STUDIES + EVAL_STUDIES)
     for study in STUDIES:
@@ -94,7 +97,9 @@ def run_block(study: str, cache: Path, folder: Path) -> subprocess.CompletedProc
     return done
 
 
-@pytest.mark.parametrize("study", STUDIES)
+@pytest.mark.parametrize(
+    "study", [pytest.param(s, marks=pytest.mark.integration if s in IN_CI else pytest.mark.slow) for s in STUDIES]
+)
 def test_study_runs_through_its_report(study, glmrag_cache, tmp_path, train_config):
     block = BLOCKS[study]
     if "2wiki" in block:
