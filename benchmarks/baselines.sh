@@ -8,7 +8,11 @@
 #   bash benchmarks/baselines.sh [out folder] [extra eval.py overrides...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-benchmarks/results/baselines_issue33}
+stamp=$(date +%Y-%m-%d_%H-%M-%S)
+out=${1:-outputs/bench/baselines/$stamp}   # committed: benchmarks/results/baselines_issue33
+if [ -n "$(ls -A "$out" 2>/dev/null)" ]; then  # a run writes into a folder of its own and replaces nothing
+  echo "$out already holds a run: pass a new folder (the committed results stay as they are)" >&2; exit 2
+fi
 shift || true
 mkdir -p "$out"
 TIMEFORMAT='%U %S %R'

@@ -10,11 +10,15 @@
 #   bash benchmarks/train_2wiki_cpu.sh [out folder] [extra train.py overrides...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-benchmarks/results/train_2wiki_cpu}
+stamp=$(date +%Y-%m-%d_%H-%M-%S)
+out=${1:-outputs/bench/train_2wiki_cpu/$stamp}   # committed: benchmarks/results/train_2wiki_cpu
+if [ -n "$(ls -A "$out" 2>/dev/null)" ]; then  # a run writes into a folder of its own and replaces nothing
+  echo "$out already holds a run: pass a new folder (the committed results stay as they are)" >&2; exit 2
+fi
 shift || true
 mkdir -p "$out"
 TIMEFORMAT='%U %S %R'
-ckpts=checkpoints/bench_2wiki_cpu
+ckpts=checkpoints/bench_2wiki_cpu/$stamp
 
 # 1. Train (best epoch by val/recall@2 on the slice's validation split); its own test-split evaluation is below.
 { time python train.py experiment=cpu_2wiki evaluate=false study=cpu_2wiki output_dir="$out/train" \

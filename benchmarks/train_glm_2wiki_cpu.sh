@@ -13,11 +13,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 experiment=${EXPERIMENT:-glm_2wiki_cpu}
-out=${1:-benchmarks/results/train_$experiment}
+stamp=$(date +%Y-%m-%d_%H-%M-%S)
+out=${1:-outputs/bench/train_$experiment/$stamp}   # committed: benchmarks/results/train_$experiment
+if [ -n "$(ls -A "$out" 2>/dev/null)" ]; then  # a run writes into a folder of its own and replaces nothing
+  echo "$out already holds a run: pass a new folder (the committed results stay as they are)" >&2; exit 2
+fi
 shift || true
 mkdir -p "$out"
 TIMEFORMAT='%U %S %R'
-ckpts=${CKPTS:-checkpoints/bench_$experiment}
+ckpts=${CKPTS:-checkpoints/bench_$experiment/$stamp}
 gnn=$(ls checkpoints/bench_2wiki_cpu/trained/epoch*.ckpt 2>/dev/null | head -1 || true)
 if [ -z "$gnn" ]; then
   bash benchmarks/train_2wiki_cpu.sh benchmarks/results/train_2wiki_cpu >/dev/null

@@ -6,7 +6,10 @@
 #   bash benchmarks/train_glm_cpu.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=benchmarks/results
+out=${1:-outputs/bench/train_glm_cpu/$(date +%Y-%m-%d_%H-%M-%S)}   # committed: benchmarks/results
+if [ -n "$(ls -A "$out" 2>/dev/null)" ]; then  # a run writes into a folder of its own and replaces nothing
+  echo "$out already holds a run: pass a new folder (the committed results stay as they are)" >&2; exit 2
+fi
 data=musique100
 run() {  # run <name> <overrides...>
   local name=$1; shift

@@ -5,7 +5,10 @@
 #   bash benchmarks/train_gnn_cpu.sh            # about 25 minutes on 2 cores
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=benchmarks/results
+out=${1:-outputs/bench/train_gnn_cpu/$(date +%Y-%m-%d_%H-%M-%S)}   # committed: benchmarks/results
+if [ -n "$(ls -A "$out" 2>/dev/null)" ]; then  # a run writes into a folder of its own and replaces nothing
+  echo "$out already holds a run: pass a new folder (the committed results stay as they are)" >&2; exit 2
+fi
 data=musique100
 # GFM-RAG+ (demo size), 5 epochs
 python train.py experiment=demo data=$data output_dir=$out/train_${data}_gfm_rag_plus checkpoint_dir=checkpoints/bench/${data}_plus

@@ -7,10 +7,14 @@
 #   bash benchmarks/transfer_2wiki_cpu.sh [out folder]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-benchmarks/results/transfer_2wiki_cpu}
+stamp=$(date +%Y-%m-%d_%H-%M-%S)
+out=${1:-outputs/bench/transfer_2wiki_cpu/$stamp}   # committed: benchmarks/results/transfer_2wiki_cpu
+if [ -n "$(ls -A "$out" 2>/dev/null)" ]; then  # a run writes into a folder of its own and replaces nothing
+  echo "$out already holds a run: pass a new folder (the committed results stay as they are)" >&2; exit 2
+fi
 mkdir -p "$out"
 TIMEFORMAT='%U %S %R'
-ckpts=checkpoints/transfer_2wiki_cpu
+ckpts=checkpoints/transfer_2wiki_cpu/$stamp
 
 # 1. Four trainings: {glm_2wiki_cpu, cpu_2wiki} x {2wiki_train, musique100}, best epoch by their own validation.
 # The GLM trains the 3 epochs the committed matrix was measured with (benchmarks/RESULTS.md, 2026-12-04), not
