@@ -91,6 +91,7 @@ def test_unwritable_cache_fails_before_building(tmp_path, toy_inputs, monkeypatc
         load_or_build(root / "idx", corpus, qa, extractor, None, settings)
 
 
+@pytest.mark.integration  # 300 loads against a rewriting process
 def test_readers_never_see_a_half_replaced_index(tmp_path, toy_inputs):
     """A writer replaces the index over and over while this process loads it: every load succeeds."""
     corpus, qa, extractor, settings = toy_inputs

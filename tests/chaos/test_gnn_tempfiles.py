@@ -29,6 +29,7 @@ BUILD = textwrap.dedent(
 )
 
 
+@pytest.mark.integration  # builds the GNN in a fresh interpreter
 def test_building_the_gnn_leaves_no_generated_module_in_tmpdir(tmp_path):
     """PyG 2.5+ writes ``glmrag.nn.gnn_conv_QueryRelationalConv_propagate_*.py`` when the layer is first built."""
     tmpdir = tmp_path / "tmp"

@@ -214,6 +214,7 @@ def test_a_full_disk_inside_a_checkpoint_write_names_the_checkpoint(tmp_path, mo
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.integration  # a python with torch under ulimit -f
 def test_a_file_size_limit_inside_a_checkpoint_write_names_the_checkpoint(tmp_path):
     """Probe 11 with a real ulimit -f: the error is DiskFullError naming the checkpoint, nothing is left."""
     path = tmp_path / "last.ckpt"

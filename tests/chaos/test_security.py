@@ -22,6 +22,7 @@ from tests.chaos.conftest import ROOT, compose_config, file_handler, write_evil_
 pytestmark = pytest.mark.chaos
 
 
+@pytest.mark.integration  # python train.py in a subprocess
 def test_train_refuses_a_checkpoint_url_and_runs_nothing_from_it(tmp_path, serve):
     marker = tmp_path / "pwned"
     evil = write_evil_checkpoint(tmp_path / "evil.ckpt", marker)

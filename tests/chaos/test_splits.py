@@ -66,6 +66,7 @@ def test_a_checkpoint_records_the_questions_it_trained_and_validated_on(checkpoi
     assert ckpt[SEEN_VERSION_KEY] == 2
 
 
+@pytest.mark.integration  # indexes a copy of musique_tiny
 def test_the_same_files_under_another_name_are_refused_then_flagged(checkpoint, tiny_musique_files, tmp_path):
     questions, corpus = tiny_musique_files
     copy = ["data=files", "data.format=hipporag", "data.name=small_copy", f"data.questions={questions}"]

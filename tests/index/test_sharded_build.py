@@ -95,6 +95,7 @@ def test_sharded_build_merged_equals_one_machine_build(n, data, extractor, embed
     assert merged.manifest["extraction_report"]["triples"] == one_machine.manifest["extraction_report"]["triples"]
 
 
+@pytest.mark.integration  # a sharded build per shard count
 def test_shards_hold_consecutive_runs_of_passages(data, extractor, embedder, tmp_path):
     n = 3
     for i in range(n):
@@ -109,6 +110,7 @@ def test_shards_hold_consecutive_runs_of_passages(data, extractor, embedder, tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == [Shard(i, n).name for i in range(n)]  # no temp folders left
 
 
+@pytest.mark.integration  # three sharded builds
 def test_merge_settings_only_the_merge_reads_reuse_the_shards(data, extractor, embedder, one_machine, tmp_path):
     """Synonym settings belong to the merge: shards built with the defaults merge at another threshold."""
     sharded(data, extractor, embedder, 2, tmp_path)

@@ -244,6 +244,7 @@ def test_ranks_and_workers_read_chunks_from_object_storage(stores, records, s3_s
         list(ChunkShards([url], options, cache_dir=str(tmp_path / "again")).rows(1, 0, 5))
 
 
+@pytest.mark.integration  # the S3 test server
 def test_the_datamodule_reads_its_splits_from_a_url(index_config, s3_server, tmp_path, monkeypatch):
     client, endpoint = s3_server
     local = make_dm(index_config, tmp_path / "local")

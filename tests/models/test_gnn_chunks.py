@@ -80,6 +80,7 @@ def test_two_ranks_by_two_workers_see_every_question_once(index_config, tmp_path
         assert len(want) == 10 and seen == want
 
 
+@pytest.mark.integration  # the S3 test server
 def test_the_records_are_read_from_a_url(index_config, s3_server, tmp_path):  # noqa: F811
     client, endpoint = s3_server
     local = ready(make(index_config, store="litdata", records_dir=str(tmp_path / "local")))
