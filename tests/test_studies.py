@@ -137,8 +137,12 @@ def test_study_runs_through_its_report(study, glmrag_cache, tmp_path, train_conf
             assert families <= {label.split(" (no ")[0] for label in labels}, figure.name
 
 
-@pytest.mark.llm  # the offline SmolLM2 reads, routes and rewrites
-@pytest.mark.parametrize("study", EVAL_STUDIES)
+@pytest.mark.parametrize(  # the offline SmolLM2 reads, routes and rewrites
+    "study",
+    [  # DTKG's SmolLM2 run end to end is tests/retrievers/test_dtkg_retriever.py's; its study report: -m slow
+        pytest.param(s, marks=pytest.mark.slow if s == "dtkg" else pytest.mark.llm) for s in EVAL_STUDIES
+    ],
+)
 def test_eval_study_runs_through_its_report(study, glmrag_cache, tmp_path):
     run_block(study, glmrag_cache, tmp_path)
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
