@@ -7,6 +7,7 @@ out; ``-m llm`` or ``-m integration`` selects it. ``.ci/run`` runs those as late
 
 import os
 
+import lightning as L
 import pytest
 
 from glmrag.index.synthetic import build_kg, random_kg
@@ -225,3 +226,26 @@ def scripted_llm():
             return out
 
     return Scripted
+
+
+@pytest.fixture(scope="session")
+def cpu_trainer():
+    """A factory of quiet, deterministic one-process CPU Trainers; keyword arguments go to ``L.Trainer``.
+
+    No logger, progress bar, model summary or sanity validation: tests read ``callback_metrics`` and the
+    values ``validate`` returns.
+    """
+
+    def make(**kwargs) -> L.Trainer:
+        return L.Trainer(
+            accelerator="cpu",
+            devices=1,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            deterministic=True,
+            **kwargs,
+        )
+
+    return make

@@ -212,20 +212,6 @@ MAX_TRIPLETS = 60
 NOT_RESUMABLE = "dataloader is not resumable"  # Lightning's warning (training_epoch_loop.py)
 
 
-def cpu_trainer(**kwargs) -> L.Trainer:
-    """A quiet, deterministic one-process CPU Trainer; keyword arguments go to ``L.Trainer``."""
-    return L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        deterministic=True,
-        **kwargs,
-    )
-
-
 class StepLosses(Callback):
     """``losses``: ``(global_step, loss)`` of every training step, as the step's ``training_step`` returned it."""
 
@@ -298,7 +284,9 @@ def subgraphs(tmp_path_factory):
         pytest.param(gnn_step_schedule_worker_parts, id="gnn_step_schedule_worker"),
     ],
 )
-def test_sigterm_mid_epoch_then_resume_repeats_the_uninterrupted_run(parts, index_config, subgraphs, tmp_path):
+def test_sigterm_mid_epoch_then_resume_repeats_the_uninterrupted_run(
+    parts, index_config, subgraphs, cpu_trainer, tmp_path
+):
     """One process on CPU, for both training loaders the jobs use: the same per-step training losses, bit for
     bit, the same final weights and the same validation metrics. Lightning's own warning for a loader it cannot
     resume must not appear."""
@@ -357,7 +345,7 @@ def test_the_loader_skips_the_trained_batches_of_its_own_epoch_only():
 
 @pytest.mark.usefixtures("tiny_musique")
 @pytest.mark.filterwarnings("ignore:The dirpath has changed")  # each resume writes to a folder of its own
-def test_resume_from_an_epoch_end_checkpoint_trains_the_next_epoch_whole(index_config, tmp_path):
+def test_resume_from_an_epoch_end_checkpoint_trains_the_next_epoch_whole(index_config, cpu_trainer, tmp_path):
     def run(folder, max_epochs, ckpt_path=None):
         L.seed_everything(0, workers=True)
         dm, model = gnn_parts(index_config, None)

@@ -5,7 +5,7 @@ the run name and config a checkpoint carries.
 so both jobs read one evaluation schema; :func:`hydra_overrides` and :func:`resolved_config_yaml` describe a run
 for the results store (:mod:`glmrag.eval.store`); :class:`RunConfig` writes into every checkpoint the run name the
 evaluation job labels it by (:func:`checkpoint_run_name`) and the resolved config a resume is checked against
-(:func:`check_resume_config`).
+(:func:`~glmrag.jobs.config_check.check_resume_config`).
 """
 
 from __future__ import annotations
@@ -57,39 +57,6 @@ def resolved_config_yaml(cfg: DictConfig) -> str:
     )
 
 
-RESUME_MAY_CHANGE = (
-    "trainer.max_epochs",
-    "trainer.max_steps",
-    "trainer.max_time",
-    "trainer.enable_progress_bar",
-    "trainer.default_root_dir",
-    "ckpt_path",
-    "model.init_from",
-    "logger",
-    "callbacks",
-    "run_name",
-    "run_id",
-    "output_dir",
-    "checkpoint_dir",
-    "results_dir",
-    "study",
-    "quiet",
-    "test",
-    "evaluate",
-    "eval_data",
-    "eval_split",
-    "baselines",
-    "ks",
-    "n_boot",
-    "allow_train_overlap",
-    "strict_overlap",
-)
-"""The keys (and nodes) a resumed run may set otherwise than the run it resumes: how long it trains, where it
-writes, logs and checkpoints (the callbacks observe the training), and what is reported after training; the
-weights come from the checkpoint, not ``model.init_from``. Any other difference is refused
-(:func:`check_resume_config`)."""
-
-
 class RunConfig(Callback):
     """The training run's name and resolved config (:func:`resolved_config_yaml`), saved in every checkpoint it
     writes (under the state key ``RunConfig``)."""
@@ -101,10 +68,11 @@ class RunConfig(Callback):
         return {"run_name": self.run_name, "config": self.config_yaml}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Nothing: a resumed run keeps its own name and config (checked by :func:`check_resume_config`)."""
+        """Nothing: a resumed run keeps its own name and config (checked against it by
+        :func:`~glmrag.jobs.config_check.check_resume_config`)."""
 
 
-def _run_state(ckpt_path: str | Path) -> dict[str, Any]:
+def run_state(ckpt_path: str | Path) -> dict[str, Any]:
     """:class:`RunConfig`'s state in a checkpoint; {} for a checkpoint without it (or no readable checkpoint)."""
     try:
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
@@ -115,39 +83,5 @@ def _run_state(ckpt_path: str | Path) -> dict[str, Any]:
 
 def checkpoint_run_name(ckpt_path: str | Path) -> str | None:
     """The run name :class:`RunConfig` saved in a checkpoint; None for a checkpoint without it (or no checkpoint)."""
-    name = _run_state(ckpt_path).get("run_name")
+    name = run_state(ckpt_path).get("run_name")
     return str(name) if name else None
-
-
-def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict) and node:
-        return {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
-    return {prefix.rstrip("."): node}
-
-
-def check_resume_config(cfg: DictConfig, ckpt_path: str | Path) -> None:
-    """Raise :class:`~glmrag.jobs.config_check.ConfigError` when ``cfg`` differs from the config saved in the
-    checkpoint it resumes in a key a resume may not change (:data:`RESUME_MAY_CHANGE`), naming each key with its
-    two values; a checkpoint that saved no config is refused too, since nothing could be checked."""
-    from glmrag.jobs.config_check import ConfigError
-
-    saved = _run_state(ckpt_path).get("config")
-    if not isinstance(saved, str):
-        raise ConfigError(
-            f"ckpt_path={ckpt_path}: the checkpoint records no run config, so a resume cannot be checked against "
-            "it; start a new run and pass it as model.init_from=<checkpoint> to begin from its weights"
-        )
-    before, now = (_flat(OmegaConf.to_container(OmegaConf.create(text))) for text in (saved, resolved_config_yaml(cfg)))
-    allowed = tuple(RESUME_MAY_CHANGE)
-    differ = [
-        f"{key}: {before.get(key, '<unset>')!r} in the checkpoint, {now.get(key, '<unset>')!r} now"
-        for key in sorted(set(before) | set(now))
-        if before.get(key) != now.get(key) and not any(key == a or key.startswith(f"{a}.") for a in allowed)
-    ]
-    if differ:
-        raise ConfigError(
-            f"ckpt_path={ckpt_path}: a resume must train what the checkpoint trained, but "
-            + "; ".join(differ)
-            + ". Resume with the checkpoint's values, or start a new run (no ckpt_path; model.init_from=<checkpoint>"
-            " begins from its weights). A resume may change only: " + ", ".join(RESUME_MAY_CHANGE)
-        )

@@ -16,6 +16,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from glmrag.io import CheckpointPathError, local_checkpoint
+from glmrag.jobs.common import resolved_config_yaml, run_state
 from glmrag.models.checkpointing import readable_checkpoint
 
 
@@ -197,6 +198,64 @@ def check_held_out(cfg: DictConfig) -> None:
                 f"trained or selected on; train on another split (e.g. datamodule.{key}="
                 f"{'train' if key == 'train_split' else 'validation'})"
             )
+
+
+RESUME_MAY_CHANGE = (
+    "trainer.max_epochs",
+    "trainer.max_steps",
+    "trainer.max_time",
+    "trainer.enable_progress_bar",
+    "trainer.default_root_dir",
+    "ckpt_path",
+    "model.init_from",
+    "logger",
+    "callbacks",
+    "run_name",
+    "run_id",
+    "output_dir",
+    "checkpoint_dir",
+    "results_dir",
+    "study",
+    "quiet",
+    "test",
+    "evaluate",
+    "eval_data",
+    "eval_split",
+    "baselines",
+    "ks",
+    "n_boot",
+    "allow_train_overlap",
+    "strict_overlap",
+)
+"""The keys (and nodes) a resumed run may set otherwise than the run it resumes: how long it trains, where it
+writes, logs and checkpoints (the callbacks observe the training), and what is reported after training; the
+weights come from the checkpoint, not ``model.init_from``. Any other difference is refused
+(:func:`check_resume_config`)."""
+
+
+def check_resume_config(cfg: DictConfig, ckpt_path: str) -> None:
+    """Raise :class:`ConfigError` when ``cfg`` differs from the config saved in the
+    checkpoint it resumes in a key a resume may not change (:data:`RESUME_MAY_CHANGE`), naming each key with its
+    two values; a checkpoint that saved no config is refused too, since nothing could be checked."""
+    saved = run_state(ckpt_path).get("config")
+    if not isinstance(saved, str):
+        raise ConfigError(
+            f"ckpt_path={ckpt_path}: the checkpoint records no run config, so a resume cannot be checked against "
+            "it; start a new run and pass it as model.init_from=<checkpoint> to begin from its weights"
+        )
+    before, now = (dict(_leaves(OmegaConf.create(text))) for text in (saved, resolved_config_yaml(cfg)))
+    differ = [
+        f"{key}: {before.get(key, '<unset>')!r} in the checkpoint, {now.get(key, '<unset>')!r} now"
+        for key in sorted(set(before) | set(now))
+        if before.get(key) != now.get(key) and not any(key == k or key.startswith(f"{k}.") for k in RESUME_MAY_CHANGE)
+    ]
+    if differ:
+        raise ConfigError(
+            f"ckpt_path={ckpt_path}: a resume must train what the checkpoint trained, but "
+            + "; ".join(differ)
+            + ". Resume with the checkpoint's values, or start a new run (no ckpt_path; model.init_from=<checkpoint>"
+            " begins from its weights). A resume may change only: " + ", ".join(RESUME_MAY_CHANGE)
+        )
 
 
 def validate_eval_config(cfg: DictConfig) -> None:

@@ -31,8 +31,8 @@ from glmrag.eval import EvalResult
 from glmrag.eval.store import run_record, write_run
 from glmrag.index.embed import Embedder
 from glmrag.io import check_room, children_die_with_parent, local_checkpoint
-from glmrag.jobs.common import RunConfig, check_resume_config, compose_config, hydra_overrides, resolved_config_yaml
-from glmrag.jobs.config_check import ConfigError, validate_train_config
+from glmrag.jobs.common import RunConfig, compose_config, hydra_overrides, resolved_config_yaml
+from glmrag.jobs.config_check import ConfigError, check_resume_config, validate_train_config
 from glmrag.jobs.evaluate import run_eval  # the hand-off: the evaluation job's entry, nothing else of it
 from glmrag.jobs.launch import job_processes
 from glmrag.jobs.loggers import closing, log_evaluation
@@ -242,7 +242,7 @@ def fit(cfg: DictConfig, loggers: list[Logger], measure_start: bool = False) -> 
 
 def checkpoint_to_resume(cfg: DictConfig, model: L.LightningModule) -> str | None:
     """``cfg.ckpt_path`` as a readable local file, saved by a run of the same config (but the keys a resume
-    may change: :func:`~glmrag.jobs.common.check_resume_config`) and whose architecture is ``model``'s (a named
+    may change: :func:`~glmrag.jobs.config_check.check_resume_config`) and whose architecture is ``model``'s (a named
     error, not torch's size-mismatch trace); None for a fresh run. Loaded weights-only: a checkpoint is data,
     never code (:func:`~glmrag.io.local_checkpoint` refuses URLs, which Lightning would unpickle)."""
     if not (path := cfg.get("ckpt_path")):

@@ -174,12 +174,10 @@ class CheckpointLayoutError(ValueError):
 def check_layout(path: Any, weights_only: bool = True) -> None:
     """Raise :class:`CheckpointLayoutError` unless the checkpoint at ``path`` (a path, or a seekable file object,
     left where it was) records today's :data:`HPARAMS_LAYOUT`."""
-    if hasattr(path, "read"):
-        start = path.tell()
-        layout = torch.load(path, map_location="cpu", weights_only=weights_only).get(HPARAMS_LAYOUT_KEY)
+    start = path.tell() if hasattr(path, "read") else None  # a path is read memory-mapped
+    layout = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=start is None).get(HPARAMS_LAYOUT_KEY)
+    if start is not None:
         path.seek(start)
-    else:
-        layout = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True).get(HPARAMS_LAYOUT_KEY)
     if layout != HPARAMS_LAYOUT:
         held = "no layout (saved before layouts were recorded)" if layout is None else f"layout {layout!r}"
         raise CheckpointLayoutError(
