@@ -1,6 +1,6 @@
 """GLM attention on the CPU: the SDPA path (float mask) against the eager reference, same model, same graph.
 
-The eager backend of ``glmrag.nn.glm.GLMEncoder`` runs ``F.scaled_dot_product_attention`` with the graph
+The eager backend of ``glmrag.nn.glm.T5GLMEncoder`` runs ``F.scaled_dot_product_attention`` with the graph
 bias as a float mask whenever no attention dropout applies; ``eager_graph_attention`` materialises the
 (B, H, L, L) scores, masked scores and softmax in float32. Model and graphs as in ``bench_glm_cpu.py``
 (random t5-small-size encoder, real Levi graphs with a question of ``--triplets`` triplets, batch 1,
@@ -35,7 +35,7 @@ from gpu_glm import Graph, levi_layouts
 
 import glmrag.nn.glm as glm_module
 from glmrag.io import atomic_write_text
-from glmrag.nn.flex_attention import eager_graph_attention
+from glmrag.nn.graph_attention import eager_graph_attention
 
 PATHS = ("sdpa", "eager")
 STEPS = ("forward", "train_step")

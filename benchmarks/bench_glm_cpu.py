@@ -1,7 +1,7 @@
 """GLM encoder against plain T5 on the CPU: forward latency, peak memory and collate cost on real Levi graphs.
 
 The model: a randomly initialised T5 encoder of t5-small's size (d_model 512, d_ff 2048, 6 layers, 8
-heads, d_kv 64) over the MiniLM vocabulary, read either through ``glmrag.nn.glm.GLMEncoder`` (eager
+heads, d_kv 64) over the MiniLM vocabulary, read either through ``glmrag.nn.glm.T5GLMEncoder`` (eager
 backend, global GLM: every pair attends, graph-aware buckets) or as the plain Hugging Face
 ``T5EncoderModel`` (``attn_implementation="eager"``, T5's text positions) with the same weights and the
 same token ids. The inputs: real Levi graphs with a question (``gpu_glm.levi_layouts``: subgraphs of
@@ -49,7 +49,7 @@ from gpu_glm import CONFIGS, KG_SIZE, Graph, levi_layouts  # same folder: run as
 from transformers import T5Config, T5EncoderModel
 
 from glmrag.graph.levi import graph_positions
-from glmrag.nn.glm import GLMEncoder
+from glmrag.nn.glm import T5GLMEncoder
 
 MODEL = "t5-small"
 VOCAB = 30522  # the MiniLM (BERT uncased) tokenizer's
@@ -64,16 +64,16 @@ def t5_config() -> T5Config:
 
 def build(path: str, config: T5Config) -> torch.nn.Module:
     """The GLM (eager, global) or the plain HF T5 (eager), randomly initialised, in eval mode."""
-    config = copy.deepcopy(config)  # _from_config keeps the object, and GLMEncoder sets its attention
+    config = copy.deepcopy(config)  # _from_config keeps the object, and T5GLMEncoder sets its attention
     if path == "glm":
-        return GLMEncoder.from_config(config, attention="global", backend="eager").eval()
+        return T5GLMEncoder.from_config(config, attention="global", backend="eager").eval()
     return T5EncoderModel._from_config(config, attn_implementation="eager").eval()
 
 
 def forward(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     """Shapes: **inputs** as ``GLMCollate`` gives them -> (B, L, d_model); the plain T5 reads the ids only."""
     with torch.no_grad():
-        if isinstance(model, GLMEncoder):
+        if isinstance(model, T5GLMEncoder):
             return model(**inputs)
         return model(input_ids=inputs["input_ids"], attention_mask=inputs["token_mask"]).last_hidden_state
 

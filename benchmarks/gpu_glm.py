@@ -1,4 +1,4 @@
-"""GLM encoder latency and peak memory on one GPU: plain T5 against ``glmrag.nn.glm.GLMEncoder``.
+"""GLM encoder latency and peak memory on one GPU: plain T5 against ``glmrag.nn.glm.T5GLMEncoder``.
 
 The GLM retriever of GLM-RAG is a T5 encoder whose attention bias comes from a
 (K, H) table indexed by per-pair graph-aware buckets. A subgraph has about 5.5
@@ -12,7 +12,7 @@ length L this measures, in bf16 on the GPU, batch 1, the production code:
   the baseline cost of a T5 encoder at that length. It shares the weight
   storage of the GLM's encoder (no second copy on the device);
 - ``flex-global`` / ``flex-local`` / ``eager-global`` / ``eager-local``:
-  ``GLMEncoder(t5, attention, backend)`` wrapping that encoder, fed the int32
+  ``T5GLMEncoder(t5, attention, backend)`` wrapping that encoder, fed the int32
   relative positions and int8 pair kinds a ``GLMCollate`` batch carries
   (bucket ids, the dense bias or the flex ``score_mod`` are computed inside
   the forward, as in training).
@@ -65,7 +65,7 @@ tokenizer is installed, as below, and carry the file to the GPU machine). It
 also records the share of 128 x 128 blocks flex skips for the local GLM.
 
 ``--backend-check`` first compares, on the device, flex with eager (one attention call with
-gradients; a tiny ``GLMEncoder``, global and local), the GLM on text positions with the plain HF
+gradients; a tiny ``T5GLMEncoder``, global and local), the GLM on text positions with the plain HF
 T5 it wraps, and the bias-table gradients with activation checkpointing (``checkpoint_grads_ok``;
 false means the ``train_ckpt`` cells of that backend time a wrong backward).
 
@@ -105,9 +105,10 @@ from glmrag.graph.subgraph import select_subgraph
 from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
 from glmrag.index.synthetic import random_kg
 from glmrag.io import atomic_write_text
-from glmrag.nn.flex_attention import cpu_flex_backward, eager_graph_attention, flex_graph_attention, graph_block_mask
-from glmrag.nn.glm import NUM_EXTRA_BUCKETS, GLMEncoder, GraphAttentionBias, GraphEncoder, register_glm_attention
+from glmrag.nn.flex_attention import cpu_flex_backward, flex_graph_attention, graph_block_mask
+from glmrag.nn.glm import NUM_EXTRA_BUCKETS, GraphAttentionBias, GraphEncoder, T5GLMEncoder, register_glm_attention
 from glmrag.nn.glm_mpnet import MPNetGLMEncoder
+from glmrag.nn.graph_attention import eager_graph_attention
 
 CONFIGS = {  # T5 (v1) encoder sizes
     "t5-small": {"d_model": 512, "d_ff": 2048, "num_layers": 6, "num_heads": 8, "d_kv": 64},
@@ -248,12 +249,12 @@ def build_path(
     """The module of one path over the weights of ``t5`` (see :func:`build_models`)."""
     if path in PLAIN:
         with torch.device(device):
-            # A config of its own: _from_config keeps the object, and GLMEncoder sets its attention.
+            # A config of its own: _from_config keeps the object, and T5GLMEncoder sets its attention.
             plain = T5EncoderModel._from_config(copy.deepcopy(config), attn_implementation=PLAIN[path], dtype=dtype)
         plain.load_state_dict(t5.state_dict(), assign=True)
         return plain.to(device=device, dtype=dtype)
     backend, attention = path.split("-")
-    return GLMEncoder(t5, attention=attention, backend=backend).to(device=device, dtype=dtype)
+    return T5GLMEncoder(t5, attention=attention, backend=backend).to(device=device, dtype=dtype)
 
 
 def build_mpnet_models(
@@ -350,11 +351,11 @@ def run_cell(make: Callable[[], Callable[[], None]], device: torch.device, warmu
 
 
 def t5_of(model: torch.nn.Module) -> T5EncoderModel:
-    return model.t5 if isinstance(model, GLMEncoder) else model
+    return model.t5 if isinstance(model, T5GLMEncoder) else model
 
 
 def set_checkpointing(model: torch.nn.Module, enabled: bool) -> None:
-    """Activation checkpointing as training uses it (GLMEncoder picks reentrant checkpointing for flex)."""
+    """Activation checkpointing as training uses it (T5GLMEncoder picks reentrant checkpointing for flex)."""
     if isinstance(model, MPNetGLMEncoder):
         model.gradient_checkpointing = enabled
         return
@@ -363,7 +364,7 @@ def set_checkpointing(model: torch.nn.Module, enabled: bool) -> None:
             raise ValueError("Hugging Face MPNetModel has no gradient checkpointing")
         return
     t5 = t5_of(model)
-    if enabled and isinstance(model, GLMEncoder):
+    if enabled and isinstance(model, T5GLMEncoder):
         model.enable_gradient_checkpointing()
     elif enabled:
         (getattr(t5, "activation_checkpointing_enable", None) or t5.gradient_checkpointing_enable)()
@@ -433,7 +434,7 @@ def backend_check(
     device: torch.device, dtype: torch.dtype, heads: int, length: int = 300, report: dict | None = None
 ) -> dict:
     """Flex against eager on the device: one attention call (float32 with gradients, and ``dtype``), a tiny
-    ``GLMEncoder`` (global and local); the GLM on text positions against the plain HF T5 it wraps; and the
+    ``T5GLMEncoder`` (global and local); the GLM on text positions against the plain HF T5 it wraps; and the
     bias-table gradients of the tiny GLM with activation checkpointing (``checkpoint_grads_ok``)."""
     tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 comparisons in full precision
@@ -486,7 +487,7 @@ def compare_backends(device: torch.device, dtype: torch.dtype, heads: int, lengt
     report["ok"] = all(v < (1e-3 if k.startswith("float32") else 3e-2) for k, v in judged.items())
 
     # Bias-table gradients of a float32 training step, with and without activation checkpointing (as
-    # GLMEncoder.enable_gradient_checkpointing sets it), against eager without: the table reaches flex as a
+    # T5GLMEncoder.enable_gradient_checkpointing sets it), against eager without: the table reaches flex as a
     # captured buffer, and CPU flex returns garbage for it under non-reentrant checkpointing (torch 2.13).
     models = build_models("tiny", PATHS[2:], device, torch.float32)
     reference = table_grads(models["eager-global"], graph, checkpointing=False)
@@ -497,7 +498,7 @@ def compare_backends(device: torch.device, dtype: torch.dtype, heads: int, lengt
     return report
 
 
-def table_grads(model: GLMEncoder, inputs: dict[str, torch.Tensor], checkpointing: bool) -> torch.Tensor:
+def table_grads(model: T5GLMEncoder, inputs: dict[str, torch.Tensor], checkpointing: bool) -> torch.Tensor:
     """Gradients of T5's bias table and the GLM's extra rows after one backward. Shapes: -> (K * H,)."""
     model.train()
     set_checkpointing(model, checkpointing)
@@ -507,7 +508,7 @@ def table_grads(model: GLMEncoder, inputs: dict[str, torch.Tensor], checkpointin
     return torch.cat([model.position_table.weight.grad.flatten(), model.extra_bias.grad.flatten()])
 
 
-def graph_summary(graph: Graph, local: GLMEncoder, device: torch.device) -> dict:
+def graph_summary(graph: Graph, local: T5GLMEncoder, device: torch.device) -> dict:
     """Token counts, pair kinds and the local GLM's flex block sparsity of one input."""
     inputs = device_inputs(graph, device)
     bias = local.attention_bias(inputs["token_mask"], inputs["relative_position"], inputs["kind"])
@@ -662,7 +663,9 @@ def main(argv: list[str] | None = None) -> dict:
         result["graph_build_s"] = round(time.perf_counter() - start, 2)
         try:
             # The local GLM's mask depends on the pair kinds only, so a tiny encoder's bias serves every size.
-            local = GLMEncoder.from_config(T5Config(vocab_size=VOCAB, **CONFIGS["tiny"]), attention="local").to(device)
+            local = T5GLMEncoder.from_config(T5Config(vocab_size=VOCAB, **CONFIGS["tiny"]), attention="local").to(
+                device
+            )
             for graph in graphs:
                 result["graphs"][str(graph.tokens)] = graph_summary(graph, local, device)
             del local

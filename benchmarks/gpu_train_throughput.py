@@ -92,7 +92,7 @@ OFFLINE_TOKENIZER = "offline:all-MiniLM-L6-v2"
 TINY = {
     "gfm_rag_plus": {"model.gnn.hidden_channels": 8, "model.gnn.num_layers": 1},
     "glm_rag": {
-        "model.glm.t5_config": {"d_model": 16, "d_ff": 32, "num_layers": 1, "num_heads": 2, "d_kv": 8},
+        "model.glm.encoder_config": {"d_model": 16, "d_ff": 32, "num_layers": 1, "num_heads": 2, "d_kv": 8},
         "model.subgraph.max_triplets": 30,
     },
 }
@@ -277,7 +277,7 @@ def synthetic_datamodule(cfg, args: argparse.Namespace, workdir: Path) -> tuple[
     start = time.perf_counter()
     kg, vocabulary = synthetic_kg(args.kg, seed=args.seed)
     tokenizer = load_tokenizer(synthetic_tokenizer(vocabulary, workdir / "tokenizer"))
-    settings = SubgraphSettings(**cfg.datamodule.subgraph)
+    settings = SubgraphSettings(**cfg.model.subgraph)
     batch = int(cfg.datamodule.batch_size)
     dim = int(cfg.model.glm.question_dim)
     rng = np.random.default_rng(args.seed)
@@ -343,10 +343,10 @@ def system_config(system: str, args: argparse.Namespace, workdir: Path, backend:
     if system == "glm_rag":
         cfg.model.glm.backend = backend
         if args.t5:
-            cfg.model.glm.update(t5=args.t5, t5_config=None, tokenizer=args.t5)
+            cfg.model.glm.update(encoder=args.t5, encoder_config=None, tokenizer=args.t5)
         else:
             t5_config = dict(T5_SIZES[args.t5_size]) | ({"vocab_size": T5_VOCAB} if args.data == SYNTHETIC else {})
-            cfg.model.glm.update(t5_config=t5_config, tokenizer=OFFLINE_TOKENIZER)
+            cfg.model.glm.update(encoder_config=t5_config, tokenizer=OFFLINE_TOKENIZER)
     for key, value in (TINY[system] if args.tiny else {}).items():
         OmegaConf.update(cfg, key, value, merge=False)
     return cfg
@@ -397,15 +397,15 @@ def measure(
         enable_model_summary=False,
     )
     (scores,) = validator.validate(model, datamodule=datamodule, verbose=False)
-    keys = ("gnn.hidden_channels", "gnn.num_layers", "glm.t5", "glm.t5_config", "glm.tokenizer")
+    keys = ("gnn.hidden_channels", "gnn.num_layers", "glm.encoder", "glm.encoder_config", "glm.tokenizer")
     keys += ("subgraph.max_triplets", "glm.backend")
     settings = {
         key.rpartition(".")[2]: OmegaConf.select(cfg.model, key)
         for key in keys
         if OmegaConf.select(cfg.model, key) is not None
     }
-    if settings.get("t5_config"):  # a random T5 of these sizes replaces model.t5
-        settings["t5"] = "random"
+    if settings.get("encoder_config"):  # a random T5 of these sizes replaces model.glm.encoder
+        settings["encoder"] = "random"
     if inputs is not None:
         settings["tokenizer"] = "synthetic word-level"
         val_questions = len(datamodule.records["val"])

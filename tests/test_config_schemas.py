@@ -47,8 +47,8 @@ REFUSED = [
         r"Value 'half' of type 'str' could not be converted",
     ),
     ("experiment=glm_demo", "datamodule.shard_sise=8", r"Key 'shard_sise' not in 'SubgraphDataModuleSchema'"),
-    ("experiment=glm_demo", "datamodule.subgraph.max_hopz=2", r"Key 'max_hopz' not in 'SubgraphDataSchema'"),
-    ("experiment=glm_demo", "datamodule.subgraph.precompute=maybe", r"Value 'maybe' is not a valid bool"),
+    ("experiment=glm_demo", "datamodule.subgraph={max_hops: 2}", r"Key 'subgraph' not in 'SubgraphDataModuleSchema'"),
+    ("experiment=glm_demo", "datamodule.precompute=maybe", r"Value 'maybe' is not a valid bool"),
 ]
 
 
@@ -68,7 +68,7 @@ def test_values_of_the_right_type_are_converted_and_kept(train_config):
     assert cfg.model.gnn.hidden_channels == 32 and cfg.model.loss.bce_weight == 1.0
     assert isinstance(cfg.model.loss.bce_weight, float) and isinstance(cfg.model.gnn.dropout, float)
     glm = train_config(["experiment=glm_demo", "model.glm.frozen_layers=2"])
-    assert glm.model.glm.frozen_layers == 2 and glm.model.glm.t5_config["d_model"] == 128  # a free-form dict
+    assert glm.model.glm.frozen_layers == 2 and glm.model.glm.encoder_config["d_model"] == 128  # a free-form dict
 
 
 @pytest.mark.parametrize("module", [GNNRetrieverModule, GLMRetrieverModule])

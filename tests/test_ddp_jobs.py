@@ -20,6 +20,8 @@ import lightning as L
 import pytest
 from job_runs import run_job_once_more_if_hung
 
+from glmrag.jobs.common import instantiate_datamodule
+
 ROOT = Path(__file__).resolve().parents[1]
 RUN = [
     "data.limit=8",  # 8 questions per split: 2 global batches of 4 (2 per rank)
@@ -33,7 +35,7 @@ RUN = [
 ]
 GNN = ["model.gnn.hidden_channels=8", "model.gnn.num_layers=1"]
 GLM = [
-    "model.glm.t5_config={d_model: 16, d_ff: 32, num_layers: 1, num_heads: 2, d_kv: 8}",
+    "model.glm.encoder_config={d_model: 16, d_ff: 32, num_layers: 1, num_heads: 2, d_kv: 8}",
     "model.glm.tokenizer=offline:all-MiniLM-L6-v2",
     "model.subgraph.max_triplets=40",
 ]
@@ -80,7 +82,7 @@ def logged(output_dir: Path, key: str) -> list[tuple[int, float]]:
 def one_process_validation(train_config, overrides: list[str], ckpt: str) -> dict[str, float]:
     """The checkpoint validated in this process on one CPU device, with the job's own DataModule config."""
     cfg = train_config([*overrides, "output_dir=unused"])
-    datamodule = hydra.utils.instantiate(cfg.datamodule)
+    datamodule = instantiate_datamodule(cfg)
     model = hydra.utils.get_class(cfg.model._target_).load_from_checkpoint(ckpt, weights_only=True, kgs=datamodule)
     trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
     return trainer.validate(model, datamodule=datamodule, verbose=False)[0]

@@ -1,9 +1,9 @@
 """Two runs of the main job (and of the GFM-RAG+ demo, the main job before) on one machine print the same table
 (issue: README numbers must be reproducible).
 
-Each run is its own ``python train.py`` process, as a user runs it, sharing one index cache (the second run
-reads the index the first one built, as a rerun does). Two epochs instead of the README's five keep the test
-short; the code path (seeded split, seeded DataLoader order, training, testing the best checkpoint,
+Each run is its own ``python train.py`` process, as a user runs it, reading the session's index cache (the
+musique100 index and passage embeddings the integration tests build once; both runs read the same index, as a
+rerun does). Two epochs instead of the README's five keep the test short; the code path (seeded split, seeded DataLoader order, training, testing the best checkpoint,
 evaluating against dense and PPR) is the main job's.
 """
 
@@ -41,9 +41,9 @@ def main_job(tmp_path: Path, name: str, cache: Path, experiment: str) -> dict:
         pytest.param("demo", marks=pytest.mark.slow),  # the same path with another model
     ],
 )
-def test_two_runs_of_the_main_job_give_identical_metrics(tmp_path, experiment):
-    cache = tmp_path / "cache"
-    first, second = main_job(tmp_path, "a", cache, experiment), main_job(tmp_path, "b", cache, experiment)
+def test_two_runs_of_the_main_job_give_identical_metrics(tmp_path, glmrag_cache, experiment):
+    first = main_job(tmp_path, "a", glmrag_cache, experiment)
+    second = main_job(tmp_path, "b", glmrag_cache, experiment)
     assert first["systems"] == second["systems"]
     assert first["overall"] == second["overall"]  # every metric, mean and CI, of every system, bit for bit
     assert first["significance"] == second["significance"]

@@ -50,7 +50,7 @@ def test_cpu_smoke_run_writes_the_json(glmrag_cache, tmp_path):
         assert 0.0 <= run["val_recall@2"] <= 1.0 and run["val_questions"] == 8
     gnn, glm = result["runs"]
     assert gnn["global_batch"] == 2 and (gnn["model"]["hidden_channels"], gnn["model"]["num_layers"]) == (8, 1)
-    assert glm["global_batch"] == 2 and glm["model"]["t5"] == "random" and glm["model"]["max_triplets"] == 30
+    assert glm["global_batch"] == 2 and glm["model"]["encoder"] == "random" and glm["model"]["max_triplets"] == 30
     assert 0 < gnn["num_parameters"] < glm["num_parameters"]
     assert json.loads(done.stdout[done.stdout.index("{") :]) == result  # printed as written
 

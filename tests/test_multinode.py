@@ -23,6 +23,7 @@ from hydra import compose, initialize_config_dir
 from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment, TorchElasticEnvironment
 from lightning.pytorch.strategies import DDPStrategy
 
+from glmrag.jobs.common import instantiate_datamodule
 from glmrag.models.kg_sampler import KGBatchSampler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,7 +137,7 @@ def test_command_builds_the_trainer_and_splits_the_global_batch(command, clean_e
     if cfg.trainer.get("precision") == "bf16-mixed":
         assert trainer.precision == "bf16-mixed"
 
-    datamodule = hydra.utils.instantiate(cfg.datamodule)
+    datamodule = instantiate_datamodule(cfg)
     datamodule.trainer = trainer
     datamodule.set_device_batch_size()
     per_device = datamodule.batch_size_per_device
@@ -158,7 +159,7 @@ def test_a_global_batch_that_does_not_split_is_refused(clean_env):
     assert cfg.datamodule.batch_size == 4  # GLM-RAG Table 14, too small for 16 processes
     for name, value in launcher_environment(torchrun, 0, 0)[0].items():
         clean_env.setenv(name, value)
-    datamodule = hydra.utils.instantiate(cfg.datamodule)
+    datamodule = instantiate_datamodule(cfg)
     datamodule.trainer = hydra.utils.instantiate(cfg.trainer, accelerator="cpu", logger=False, callbacks=[])
     with pytest.raises(ValueError, match="batch_size 4 is not divisible by the 16 devices"):
         datamodule.set_device_batch_size()

@@ -11,7 +11,7 @@ import lightning as L
 import pytest
 
 from glmrag.eval.outputs import RANKINGS_FILE
-from glmrag.jobs.common import compose_config
+from glmrag.jobs.common import compose_config, instantiate_datamodule
 from glmrag.jobs.evaluate import run_eval
 from glmrag.jobs.train import run_train
 
@@ -19,7 +19,7 @@ SYSTEMS = {
     "gnn": ["experiment=demo", "model.gnn.hidden_channels=8", "model.gnn.num_layers=1"],
     "glm": [
         "experiment=glm_demo",
-        "model.glm.t5_config={d_model: 16, d_ff: 32, num_layers: 1, num_heads: 2, d_kv: 8, dropout_rate: 0.0}",
+        "model.glm.encoder_config={d_model: 16, d_ff: 32, num_layers: 1, num_heads: 2, d_kv: 8, dropout_rate: 0.0}",
         "model.subgraph.max_triplets=40",
         "model.evaluation.ranker=softmax_sum",  # passage scores that follow every logit, not only the top entities
         "datamodule.num_workers=0",
@@ -43,7 +43,7 @@ def trained(request, tiny_musique, tmp_path_factory):
 def validation_rankings(cfg, ckpt: Path) -> dict[str, tuple[list[str], list[float]]]:
     """Question id -> the passages the module's validation ranked for it, best first (what it scored), and their
     scores."""
-    datamodule = hydra.utils.instantiate(cfg.datamodule)
+    datamodule = instantiate_datamodule(cfg)
     module = hydra.utils.get_class(cfg.model._target_).load_from_checkpoint(ckpt, kgs=datamodule)
     ranked, rank = {}, module.rank
 

@@ -70,8 +70,8 @@ def t5_encoder_formula(d_model, d_ff, num_layers, num_heads, d_kv, question_dim)
 @pytest.mark.parametrize("capacity,t5", [("small", "t5-small"), ("base", "t5-base"), ("large", "t5-large")])
 def test_shipped_glm_sizes_follow_table_18(capacity, t5):
     cfg = _compose(["experiment=study_capacity_scaling", "+system/capacity=glm_rag", f"capacity={capacity}"])
-    assert cfg.model.glm.t5 == t5 and cfg.model.glm.question_dim == MPNET_DIM
-    random_t5 = {"t5_config": {**T5_DIMS[t5], "vocab_size": VOCAB}, "tokenizer": "offline:all-MiniLM-L6-v2"}
+    assert cfg.model.glm.encoder == t5 and cfg.model.glm.question_dim == MPNET_DIM
+    random_t5 = {"encoder_config": {**T5_DIMS[t5], "vocab_size": VOCAB}, "tokenizer": "offline:all-MiniLM-L6-v2"}
     model = OmegaConf.merge(cfg.model, {"glm": random_t5})
     count = _count(model)
     assert count == t5_encoder_formula(**T5_DIMS[t5], question_dim=MPNET_DIM)

@@ -237,7 +237,7 @@ def glm_parts(index_config, cache_dir):
         subgraph={"max_triplets": MAX_TRIPLETS},
     )
     model = GLMRetrieverModule(
-        glm={"t5_config": T5_DROPOUT, "tokenizer": DEFAULT_MODEL},
+        glm={"encoder_config": T5_DROPOUT, "tokenizer": DEFAULT_MODEL},
         subgraph={"max_triplets": MAX_TRIPLETS},
         lr={"head": 3e-3, "backbone": 3e-3},
         optimizer=partial(torch.optim.AdamW),
@@ -405,7 +405,7 @@ dm = SubgraphDataModule(
     cache_dir=cache, tokenizer=DEFAULT_MODEL, subgraph={{"max_triplets": {max_triplets}}},
 )
 model = GLMRetrieverModule(
-    glm={{"t5_config": {t5}, "tokenizer": DEFAULT_MODEL}}, subgraph={{"max_triplets": {max_triplets}}},
+    glm={{"encoder_config": {t5}, "tokenizer": DEFAULT_MODEL}}, subgraph={{"max_triplets": {max_triplets}}},
     lr={{"head": 3e-3, "backbone": 3e-3}}, optimizer=partial(torch.optim.AdamW), kgs=dm,
 )
 losses = Losses()

@@ -61,10 +61,11 @@ def test_a_data_file_is_named_by_its_stem():
 def test_long_suffixes_stay_folder_names():
     """A toy capacity study run: every override of its command in the name was a 310-character folder name."""
     overrides = [
-        f"capacity_pairs.{c}.t5_config={{d_model: {w}, d_ff: 32, num_layers: 1}}" for c, w in [("s", 16), ("b", 32)]
+        f"capacity_pairs.{c}.encoder_config={{d_model: {w}, d_ff: 32, num_layers: 1}}"
+        for c, w in [("s", 16), ("b", 32)]
     ]
     long = run_suffix([*overrides, "+trainer.limit_train_batches=2", "index.embed_model=offline:all-MiniLM-L6-v2"])
-    assert len(long) == MAX_SUFFIX and long.startswith("-t5_config=_d_model_16")
+    assert len(long) == MAX_SUFFIX and long.startswith("-encoder_config=_d_model_16")
     other = run_suffix([*overrides, "+trainer.limit_train_batches=3", "index.embed_model=offline:all-MiniLM-L6-v2"])
     assert other != long and other[:-8] == long[:-8]  # the same start, another hash
     assert run_suffix(["model.dropout=0.1"]) == "-dropout=0.1"  # short ones unchanged

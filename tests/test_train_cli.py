@@ -21,7 +21,7 @@ TINY = ["model.gnn.hidden_channels=8", "model.gnn.num_layers=1", "data.limit=8",
 ON_MUSIQUE = ["data=musique100", "datamodule.datasets=[musique100]", "index.extractor=openie", "eval_data=null"]
 TINY_GLM = [
     *OFFLINE,
-    "model.glm.t5_config={d_model: 16, d_ff: 32, num_layers: 1, num_heads: 2, d_kv: 8}",
+    "model.glm.encoder_config={d_model: 16, d_ff: 32, num_layers: 1, num_heads: 2, d_kv: 8}",
     "model.glm.tokenizer=offline:all-MiniLM-L6-v2",
     "model.subgraph.max_triplets=30",
     "data.limit=8",
@@ -29,8 +29,8 @@ TINY_GLM = [
 ]
 
 TINY_MPNET_GLM = [
-    *(o for o in TINY_GLM if not o.startswith("model.glm.t5_config")),
-    "model.glm.t5_config={hidden_size: 16, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 32}",
+    *(o for o in TINY_GLM if not o.startswith("model.glm.encoder_config")),
+    "model.glm.encoder_config={hidden_size: 16, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 32}",
     "model.glm.frozen_layers=1",
 ]
 """A tiny random MPNet for experiment=glm_2wiki_cpu (the real one needs the [mpnet] extra)."""
@@ -128,7 +128,7 @@ def test_main_job_trains_tests_and_evaluates_against_ppr(glmrag_cache, tmp_path)
 def test_glm_trains_tests_and_evaluates_like_the_gnn(glmrag_cache, tmp_path):
     overrides = ["experiment=glm_demo", "trainer.max_epochs=1", "retriever@baselines=[ppr]", "data.limit=12"]
     cfg = _compose([*overrides, "model.subgraph.max_triplets=40", "logger=[csv]", "n_boot=100", *_paths(tmp_path)])
-    assert cfg.datamodule.subgraph.max_triplets == 40 and cfg.datamodule.tokenizer == cfg.model.glm.tokenizer
+    assert cfg.datamodule.tokenizer == cfg.model.glm.tokenizer
     out = run_train(cfg)
     result = out["eval"]
     assert result.systems == ["glm_demo-musique100", "ppr"]
@@ -138,24 +138,20 @@ def test_glm_trains_tests_and_evaluates_like_the_gnn(glmrag_cache, tmp_path):
     )
     run = json.loads((out["stored"][0] / "metrics.json").read_text())["run"]
     assert run["settings"]["model.subgraph.max_triplets"] == 40
-    assert run["settings"]["model.glm.t5_config"]["d_model"] == 128
+    assert run["settings"]["model.glm.encoder_config"]["d_model"] == 128
     assert "model.gnn.hidden_channels" not in run["settings"] and run["family"] == "glm_demo"
 
 
-def test_glm_ablation_values_reach_the_model_and_datamodule():
+def test_glm_ablation_values_reach_the_model():
     linear = _compose(["experiment=glm_linear", "output_dir=x"])
-    assert (
-        linear.model.subgraph.layout == "linear"
-        and linear.datamodule.subgraph.layout == "linear"
-        and linear.model.glm.t5 == "t5-base"
-    )
+    assert linear.model.subgraph.layout == "linear" and linear.model.glm.encoder == "t5-base"
     assert _compose(["experiment=glm_local", "output_dir=x"]).model.glm.attention == "local"
     none = _compose(["experiment=glm_no_interaction", "output_dir=x"])
-    assert not none.model.subgraph.use_text and not none.datamodule.subgraph.use_text
+    assert not none.model.subgraph.use_text
     assert not none.model.glm.query_interaction
     hops = ["experiment=glm_rag", "model.subgraph.max_hops=3", "model.subgraph.max_triplets=300", "output_dir=x"]
     hops = _compose(hops)
-    assert (hops.datamodule.subgraph.max_hops, hops.datamodule.subgraph.max_triplets) == (3, 300)
+    assert (hops.model.subgraph.max_hops, hops.model.subgraph.max_triplets) == (3, 300)
 
 
 @pytest.mark.parametrize("sweep", [e for e in EXPERIMENTS if e.startswith("glm_sweep_")])
@@ -254,10 +250,10 @@ def test_study_values_follow_the_paper(train_config):
     gnn = {c.model_name: c.model.subgraph.max_triplets for c in restriction if c.family == "gfm_rag_star"}
     assert gnn == {"gfm_rag_star": None} | {f"gfm_rag_star_t{t}": t for t in (600, 500, 400, 300)}
     capacity = study_runs("study_capacity_scaling", train_config)  # Table 18 pairs
-    pairs = {(c.capacity, c.model.get("gnn", {}).get("hidden_channels") or c.model.glm.t5) for c in capacity}
+    pairs = {(c.capacity, c.model.get("gnn", {}).get("hidden_channels") or c.model.glm.encoder) for c in capacity}
     assert {p for p in pairs if p[0] == "small"} == {("small", 1024), ("small", "t5-small")}
     assert {c.model.gnn.hidden_channels for c in capacity if "gnn" in c.model} == {1024, 2048, 4096}
-    assert {c.model.glm.t5 for c in capacity if "glm" in c.model} == {"t5-small", "t5-base", "t5-large"}
+    assert {c.model.glm.encoder for c in capacity if "glm" in c.model} == {"t5-small", "t5-base", "t5-large"}
     assert {c.family for c in capacity} == {"gfm_rag_star", "gfm_rag_plus", "glm_rag"}
     scaling = study_runs("study_data_scaling", train_config)  # Fig. 7
     assert sorted({c.datamodule.train_fraction for c in scaling}) == [0.25, 0.5, 0.75, 1.0]

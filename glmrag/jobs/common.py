@@ -5,11 +5,12 @@ the run name and config a checkpoint carries.
 so both jobs read one evaluation schema; :func:`hydra_overrides` and :func:`resolved_config_yaml` describe a run
 for the results store (:mod:`glmrag.eval.store`); :class:`RunConfig` writes into every checkpoint the run name the
 evaluation job labels it by (:func:`checkpoint_run_name`) and the resolved config a resume is checked against
-(:func:`~glmrag.jobs.config_check.check_resume_config`).
+(:func:`~glmrag.jobs.config_check.check_resume_config`); :func:`instantiate_datamodule` builds a job's DataModule.
 """
 
 from __future__ import annotations
 
+import inspect
 import pickle
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.utils import get_class, instantiate
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 
@@ -38,6 +40,13 @@ def compose_config(config_name: str, overrides: Sequence[str] = ()) -> DictConfi
             return compose(config_name=config_name, overrides=list(overrides))
     finally:
         GlobalHydra.instance().hydra = running
+
+
+def instantiate_datamodule(cfg: DictConfig) -> Any:
+    """``cfg.datamodule`` instantiated. A DataModule that builds the model's subgraphs (it takes ``subgraph``)
+    is given ``model.subgraph``: the one node of those settings, which no ``datamodule`` node repeats."""
+    takes_subgraph = "subgraph" in inspect.signature(get_class(cfg.datamodule._target_)).parameters
+    return instantiate(cfg.datamodule, **({"subgraph": cfg.model.subgraph} if takes_subgraph else {}))
 
 
 def hydra_overrides() -> list[str]:

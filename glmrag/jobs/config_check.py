@@ -12,11 +12,11 @@ import math
 from collections.abc import Iterator, Mapping
 
 from hydra.errors import InstantiationException
-from hydra.utils import get_class, instantiate
+from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from glmrag.io import CheckpointPathError, local_checkpoint
-from glmrag.jobs.common import resolved_config_yaml, run_state
+from glmrag.jobs.common import instantiate_datamodule, resolved_config_yaml, run_state
 from glmrag.models.checkpointing import readable_checkpoint
 
 
@@ -139,7 +139,7 @@ def check_datamodule(cfg: DictConfig) -> None:
     if not isinstance(node, Mapping) or not isinstance(node.get("_target_"), str):
         return
     try:
-        instantiate(node)
+        instantiate_datamodule(cfg)
     except InstantiationException as err:
         if not isinstance(err.__cause__, TypeError | ValueError):
             raise

@@ -60,7 +60,7 @@ def hydra_type(hint: Any) -> Any:
     if origin is tuple:
         return typing.Tuple[tuple(hydra_type(a) if a is not Ellipsis else a for a in args)]  # noqa: UP006
     # A dict is free-form (a T5Config's fields, an index node): a typed dict would resolve an interpolation
-    # such as ${capacity_pairs.${capacity}.t5_config} while composing; the module checks it.
+    # such as ${capacity_pairs.${capacity}.encoder_config} while composing; the module checks it.
     return hint if hint in PLAIN else Any
 
 
@@ -94,18 +94,21 @@ def schema_of(
     return schema
 
 
-def constructor_schema(cls: type, nodes: Mapping[str, type] | None = None, keywords: type | None = None) -> type:
+def constructor_schema(
+    cls: type, nodes: Mapping[str, type] | None = None, keywords: type | None = None, passed: Iterable[str] = ("kgs",)
+) -> type:
     """The schema of a config node that Hydra instantiates as ``cls``: ``_target_``, then a field per argument
     of ``cls.__init__`` with its default. ``nodes``: the schema of each settings argument; ``keywords``: the
     settings dataclass whose fields ``cls`` takes as its ``**kwargs`` (a DataModule's
-    :class:`~glmrag.models.kg_datamodule.QuestionSettings`). ``kgs``, which jobs pass at instantiation and no
-    config sets, has no field."""
+    :class:`~glmrag.models.kg_datamodule.QuestionSettings`). ``passed``: the arguments jobs pass at
+    instantiation, which no config sets (a module's ``kgs``; a SubgraphDataModule's ``subgraph``, the model's
+    node), have no field."""
     nodes = nodes or {}
     hints = typing.get_type_hints(cls.__init__)
     target = f"{cls.__module__}.{cls.__qualname__}"
     specs: list[tuple[str, Any, Any]] = [("_target_", str, dataclasses.field(default=target))]
     for name, parameter in inspect.signature(cls.__init__).parameters.items():
-        if name in ("self", "kgs"):
+        if name == "self" or name in passed:
             continue
         if parameter.kind is inspect.Parameter.VAR_KEYWORD:
             if keywords is not None:
@@ -138,7 +141,6 @@ SCHEMAS: dict[str, type] = {
     "glm": schema_of(GLMConfig, "GLMSchema"),
     "glm_subgraph": schema_of(SubgraphSettings, "GLMSubgraphSchema", only=SUBGRAPH_FIELDS),
     "lr": schema_of(LearningRates, "LearningRatesSchema"),
-    "subgraph_data": schema_of(SubgraphSettings, "SubgraphDataSchema"),  # the DataModule's: with precompute
 }
 """The schema of each settings node, by name."""
 
@@ -165,7 +167,7 @@ NODE_SCHEMAS: dict[str, type] = {
     ),
     "datamodule/kgqa": constructor_schema(KGQADataModule, keywords=QuestionSettings),
     "datamodule/subgraph": constructor_schema(
-        SubgraphDataModule, nodes={"subgraph": SCHEMAS["subgraph_data"]}, keywords=QuestionSettings
+        SubgraphDataModule, keywords=QuestionSettings, passed=("kgs", "subgraph")
     ),
 }
 """``schema/<group>/<name>`` in the ConfigStore: the schema of each ``model`` and ``datamodule`` config."""

@@ -31,7 +31,7 @@ from glmrag.eval import EvalResult
 from glmrag.eval.store import run_record, write_run
 from glmrag.index.embed import Embedder
 from glmrag.io import check_room, children_die_with_parent, local_checkpoint
-from glmrag.jobs.common import RunConfig, compose_config, hydra_overrides, resolved_config_yaml
+from glmrag.jobs.common import RunConfig, compose_config, hydra_overrides, instantiate_datamodule, resolved_config_yaml
 from glmrag.jobs.config_check import ConfigError, check_resume_config, validate_train_config
 from glmrag.jobs.evaluate import run_eval  # the hand-off: the evaluation job's entry, nothing else of it
 from glmrag.jobs.launch import job_processes
@@ -51,8 +51,8 @@ KEY_SETTINGS = (
     "model.gnn.hidden_channels",
     "model.gnn.num_layers",
     "model.gnn.use_node_features",
-    "model.glm.t5",
-    "model.glm.t5_config",  # when set, a random T5 (or MPNet) of these fields replaces model.glm.t5
+    "model.glm.encoder",
+    "model.glm.encoder_config",  # when set, a random T5 (or MPNet) of these fields replaces model.glm.encoder
     "model.glm.backbone",
     "model.glm.frozen_layers",
     "model.subgraph.max_hops",
@@ -225,7 +225,7 @@ def fit(cfg: DictConfig, loggers: list[Logger], measure_start: bool = False) -> 
     With ``measure_start``, a fresh run (not resumed, not a fast_dev_run) first validates the untrained model
     (:class:`StartScore`, one of the returned callbacks).
     """
-    datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.datamodule)
+    datamodule: L.LightningDataModule = instantiate_datamodule(cfg)
     model: L.LightningModule = hydra.utils.instantiate(cfg.model, kgs=datamodule)  # its KGs: the DataModule's
     start = StartScore()
     run = RunConfig(cfg.run_name, resolved_config_yaml(cfg))

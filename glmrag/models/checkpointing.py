@@ -29,9 +29,10 @@ SEEN_QUESTIONS_KEY = "glmrag_seen_questions"
 """Checkpoint entry: the sorted fingerprints of the questions the run trained and validated on."""
 SEEN_VERSION_KEY = "glmrag_seen_questions_version"
 """Checkpoint entry: the rule that made those fingerprints (:data:`glmrag.data.types.FINGERPRINT_VERSION`)."""
-HPARAMS_LAYOUT = 2
+HPARAMS_LAYOUT = 3
 """The layout of a module's hyper-parameters in its checkpoints, saved with them (:data:`HPARAMS_LAYOUT_KEY`):
-one node per settings dataclass (``gnn.hidden_channels``)."""
+one node per settings dataclass (``gnn.hidden_channels``), the GLM's encoder as ``glm.encoder`` and
+``glm.encoder_config``."""
 HPARAMS_LAYOUT_KEY = "glmrag_hparams_layout"
 """Checkpoint entry: the :data:`HPARAMS_LAYOUT` its hyper-parameters were saved in."""
 PATH_KEYS = ("best_model_path", "kth_best_model_path", "last_model_path")

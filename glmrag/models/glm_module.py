@@ -49,7 +49,7 @@ from glmrag.models.retriever_module import (
     prior_settings,
     typed_settings,
 )
-from glmrag.nn.glm import ATTENTIONS, BACKENDS, GLMEncoder, GraphEncoder
+from glmrag.nn.glm import ATTENTIONS, BACKENDS, GraphEncoder, T5GLMEncoder
 from glmrag.nn.glm_mpnet import ABSOLUTE_POSITIONS, MPNetGLMEncoder
 from glmrag.nn.glm_retriever import AGGREGATIONS, GLMInputs, GLMRetriever
 from glmrag.nn.graph_inputs import seed_weights
@@ -63,8 +63,8 @@ BUCKET_LRS = ("backbone", "head")
 """Which learning rate the GLM's extra buckets take (not in GLM-RAG; ``backbone`` as the GLM reference code)."""
 GLM_LOSS = LossWeights(bce_weight=0.44, listce_weight=0.56)
 """GLM-RAG App. B: 0.56 masked ListCE + 0.44 BCE; GFM-RAG's temperature 0.2."""
-BACKBONES = {"t5": (GLMEncoder, T5Config), "mpnet": (MPNetGLMEncoder, MPNetConfig)}
-"""``model.glm.backbone``: each GLM encoder class and the config class of its random ``t5_config``."""
+BACKBONES = {"t5": (T5GLMEncoder, T5Config), "mpnet": (MPNetGLMEncoder, MPNetConfig)}
+"""``model.glm.backbone``: each GLM encoder class and the config class of its random ``encoder_config``."""
 SUBGRAPH_FIELDS = tuple(f.name for f in fields(SubgraphSettings) if f.name != "precompute")
 """The :class:`SubgraphSettings` fields the module holds (all but ``precompute``, which is the DataModule's)."""
 
@@ -73,18 +73,18 @@ SUBGRAPH_FIELDS = tuple(f.name for f in fields(SubgraphSettings) if f.name != "p
 class GLMConfig:
     """The GLM encoder and its scoring head."""
 
-    t5: str = "t5-base"
+    encoder: str = "t5-base"
     """The pretrained encoder: ``t5-small``, ``t5-base``, ``t5-large`` (GLM-RAG Fig. 6, Table 18), an MPNet
     (``offline:all-mpnet-base-v2``, glmrag's offline backbone) or a folder."""
-    t5_config: dict[str, Any] | None = None
-    """Instead of ``t5``, a randomly initialised encoder with these config fields (``T5Config``, or
+    encoder_config: dict[str, Any] | None = None
+    """Instead of ``encoder``, a randomly initialised encoder with these config fields (``T5Config``, or
     ``MPNetConfig`` for ``backbone: mpnet``; no hub needed: the offline demo, the tests); ``vocab_size``
     defaults to the tokenizer's."""
     backbone: str | None = None
     """``t5`` (GLM-RAG) or ``mpnet`` (:mod:`glmrag.nn.glm_mpnet`); None: read from the pretrained model's config
-    (``model_type``), ``t5`` for a ``t5_config``."""
+    (``model_type``), ``t5`` for an ``encoder_config``."""
     tokenizer: str | None = None
-    """Tokenizer of the subgraphs; None: ``t5``'s."""
+    """Tokenizer of the subgraphs; None: ``encoder``'s."""
     attention: str = "global"
     """``global`` (GLM-RAG App. B default) or ``local`` GLM (:data:`~glmrag.nn.glm.ATTENTIONS`)."""
     aggregation: str = "mean"
@@ -106,9 +106,9 @@ class GLMConfig:
 
     def __post_init__(self) -> None:
         if self.tokenizer is None:
-            object.__setattr__(self, "tokenizer", self.t5)
-        if self.t5_config is not None:
-            object.__setattr__(self, "t5_config", dict(self.t5_config))  # plain dict in the checkpoint
+            object.__setattr__(self, "tokenizer", self.encoder)
+        if self.encoder_config is not None:
+            object.__setattr__(self, "encoder_config", dict(self.encoder_config))  # plain dict in the checkpoint
         if self.attention not in ATTENTIONS:
             raise ValueError(f"glm.attention must be one of {ATTENTIONS}, got {self.attention!r}")
         if self.aggregation not in AGGREGATIONS:
@@ -157,7 +157,7 @@ class LearningRates:
 def glm_subgraph(value: SubgraphSettings | Mapping[str, Any] | None) -> SubgraphSettings:
     """The module's :class:`SubgraphSettings`; ``precompute`` is the DataModule's and refused here."""
     if isinstance(value, Mapping) and "precompute" in value:
-        raise TypeError("model.subgraph.precompute is the DataModule's setting: set datamodule.subgraph.precompute")
+        raise TypeError("model.subgraph.precompute is the DataModule's setting: set datamodule.precompute")
     return typed_settings(SubgraphSettings, value, "model.subgraph")
 
 
@@ -262,7 +262,7 @@ class GLMRetrieverModule(RetrieverModule):
                 if getattr(theirs, name) != getattr(ours, name):
                     raise ValueError(
                         f"the DataModule has {name}={getattr(theirs, name)!r} but the model {getattr(ours, name)!r}; "
-                        f"set datamodule.subgraph.{name}: ${{model.subgraph.{name}}}"
+                        "build the DataModule with subgraph=model.hparams.subgraph (train.py passes model.subgraph)"
                     )
         dm_hp = source_settings(dm)
         ours = {"tokenizer": (self.config.tokenizer, "model.glm.tokenizer")}
@@ -442,11 +442,11 @@ def kg_rows(kgs: list[str], keep: list[bool] | None = None) -> dict[str, list[in
 
 def glm_encoder(config: GLMConfig) -> GraphEncoder:
     """The encoder ``config`` names: its backbone, pretrained or random, with its frozen layers and checkpointing."""
-    path = None if config.t5_config is not None else resolve_model_path(config.t5)
+    path = None if config.encoder_config is not None else resolve_model_path(config.encoder)
     backbone = config.backbone or ("t5" if path is None else AutoConfig.from_pretrained(path).model_type)
     if backbone not in BACKBONES:
         raise ValueError(
-            f"model.glm.t5={config.t5!r} is a {backbone!r} model; the GLM reads {tuple(BACKBONES)} encoders"
+            f"model.glm.encoder={config.encoder!r} is a {backbone!r} model; the GLM reads {tuple(BACKBONES)} encoders"
         )
     encoder_class, config_class = BACKBONES[backbone]
     kwargs = {"attention": config.attention, "backend": config.backend}
@@ -456,13 +456,13 @@ def glm_encoder(config: GLMConfig) -> GraphEncoder:
         raise ValueError("model.glm.absolute_positions is MPNet's: T5 has no absolute positions; leave it sentence")
     if path is None:
         known = set(config_class().to_dict()) | set(config_class.attribute_map)
-        unknown = sorted(set(config.t5_config) - known)
+        unknown = sorted(set(config.encoder_config) - known)
         if unknown:
             raise ValueError(
-                f"model.glm.t5_config has {unknown}, which are not {config_class.__name__} fields (backbone "
+                f"model.glm.encoder_config has {unknown}, which are not {config_class.__name__} fields (backbone "
                 f"{backbone}); set model.glm.backbone to the encoder these fields describe, or use its field names"
             )
-        fields = {"vocab_size": len(load_tokenizer(config.tokenizer)), **config.t5_config}
+        fields = {"vocab_size": len(load_tokenizer(config.tokenizer)), **config.encoder_config}
         encoder = encoder_class.from_config(config_class(**fields), **kwargs)
     else:
         encoder = encoder_class.from_pretrained(path, **kwargs).train()  # from_pretrained returns eval mode

@@ -6,7 +6,7 @@ writes each dataset's split once as LitData chunks + ``meta.json`` into ``<cache
 (:func:`write_chunk_split`; ``key`` from :func:`split_key`); a folder without ``meta.json`` is rebuilt, never
 read. ``setup`` loads the KG indexes (held in memory by every process) and the ``meta.json`` files;
 :mod:`glmrag.models.shard_stream` streams the records per rank and worker, from ``cache_dir`` or from object
-storage (``records_url``; :mod:`glmrag.models.chunk_records`). ``subgraph.precompute`` stores the ``(L, L)``
+storage (``records_url``; :mod:`glmrag.models.chunk_records`). ``precompute`` stores the ``(L, L)``
 positions in the chunks instead of expanding them per batch.
 ``batch_size`` is the GLOBAL batch (GLM-RAG Table 14), split evenly over devices.
 """
@@ -159,10 +159,17 @@ def publish_split(tmp: Path, folder: Path, meta: dict) -> dict:
 # --- the DataModule ----------------------------------------------------------------------------------
 
 
-def subgraph_settings(subgraph: Mapping[str, Any] | None) -> SubgraphSettings:
-    """``subgraph`` (a mapping of :class:`SubgraphSettings` fields, e.g. the config's ``datamodule.subgraph``)
-    as settings; missing fields take their defaults, an unknown key is an error naming the known ones."""
-    return settings_from(SubgraphSettings, plain_container(subgraph or {}), "datamodule.subgraph has unknown key(s)")
+def subgraph_settings(subgraph: Mapping[str, Any] | None, precompute: bool = False) -> SubgraphSettings:
+    """The model's ``subgraph`` (a mapping of :class:`SubgraphSettings` fields but ``precompute``: the config's
+    ``model.subgraph``) with the DataModule's ``precompute``; missing fields take their defaults, an unknown key
+    is an error naming the known ones."""
+    given = plain_container(subgraph or {})
+    if "precompute" in given:
+        raise TypeError(
+            "subgraph holds the model's settings (model.subgraph); precompute is the DataModule's own argument: "
+            "set datamodule.precompute"
+        )
+    return settings_from(SubgraphSettings, given | {"precompute": precompute}, "subgraph has unknown key(s)")
 
 
 class SubgraphDataModule(KGDataModule):
@@ -173,10 +180,11 @@ class SubgraphDataModule(KGDataModule):
         num_workers: DataLoader workers per process; None: from the cores (:attr:`num_workers`).
         batch_size: GLOBAL batch size, split evenly over devices (GLM-RAG Table 14: 2).
         tokenizer: the GLM's tokenizer: a hub name, a folder, or an ``offline:`` model; must match the module's.
-        subgraph: how each question's subgraph is built: the fields of
-            :class:`~glmrag.models.glm_inputs.SubgraphSettings` (``max_hops``, ``max_triplets``, ``layout``,
-            ``use_text``, ``position_mode``, ``seed``, ``question_eos``, ``position_conflict``, ``precompute``)
-            as a mapping, missing ones at their defaults; all but ``precompute`` must equal the model's.
+        subgraph: how each question's subgraph is built: the model's settings (``model.subgraph``; jobs pass
+            it), the fields of :class:`~glmrag.models.glm_inputs.SubgraphSettings` but ``precompute``
+            (``max_hops``, ``max_triplets``, ``layout``, ``use_text``, ``position_mode``, ``seed``,
+            ``question_eos``, ``position_conflict``) as a mapping, missing ones at their defaults.
+        precompute: store each record's ``(L, L)`` positions in the chunks (False: the collate computes them).
         shard_size: records per LitData chunk (part of the split's key, as ``write_workers``: they cut the chunks,
             and the chunks the shuffled order).
         shuffle_buffer: records in the training shuffle buffer.
@@ -198,6 +206,7 @@ class SubgraphDataModule(KGDataModule):
         num_workers: int | None = None,
         tokenizer: str = DEFAULT_MODEL,
         subgraph: Mapping[str, Any] | None = None,
+        precompute: bool = False,
         shard_size: int = 256,
         shuffle_buffer: int = 1024,
         cache_dir: str | None = None,
@@ -210,8 +219,8 @@ class SubgraphDataModule(KGDataModule):
         datasets, index, questions = self.plain_arguments(datasets, index, questions)
         counts = {"batch_size": batch_size, "shard_size": shard_size, "shuffle_buffer": shuffle_buffer}
         check_counts(("num_workers",), **counts, num_workers=num_workers, write_workers=write_workers)
-        self.settings = subgraph_settings(subgraph)
-        subgraph = self.settings.as_dict()  # every field, plain, in the hyper-parameters
+        self.settings = subgraph_settings(subgraph, precompute)
+        subgraph = {k: v for k, v in self.settings.as_dict().items() if k != "precompute"}  # plain, in the hparams
         storage_options = plain_container(storage_options or {})
         self.save_hyperparameters(logger=False)
         self.cache_dir = Path(cache_dir or cache_root() / "glm_chunks")

@@ -31,7 +31,7 @@ class GraphAttentionBias:
     """``eager`` (dense bias) or ``flex`` (FlexAttention ``score_mod``, for the GPU)."""
     dtype: torch.dtype | None = None
     """The dtype the attention computes in, which :meth:`dense_bias` is built in: the autocast dtype under
-    autocast, else the states' (:meth:`~glmrag.nn.glm.GLMEncoder.compute_dtype`); None: the table's. Under
+    autocast, else the states' (:meth:`~glmrag.nn.glm.T5GLMEncoder.compute_dtype`); None: the table's. Under
     bf16 a float32 bias would double the largest tensor of the eager path (16 x 6,600^2 x 4 B = 2.8 GB at
     T5-large's 16 heads and 6,600 tokens), and the scores it is added to come out of a bf16 matmul anyway."""
     _dense: torch.Tensor | None = field(default=None, init=False, repr=False)
@@ -47,7 +47,7 @@ class GraphAttentionBias:
 
     def sdpa_mask(self) -> torch.Tensor:
         """The ``(B, H, L, L)`` float32 additive mask of the SDPA path: the bias, ``finfo.min`` where a pair may
-        not attend (:func:`~glmrag.nn.flex_attention.sdpa_graph_attention`); built once, shared by every layer.
+        not attend (:func:`~glmrag.nn.graph_attention.sdpa_graph_attention`); built once, shared by every layer.
         Only float32 states take that path (:func:`~glmrag.nn.glm.graph_attention`), so it is float32 always.
         """
         if self._sdpa_mask is None:

@@ -1,14 +1,7 @@
-"""Graph-aware T5 self-attention: an eager reference and a FlexAttention kernel.
+"""Graph-biased attention by FlexAttention (:func:`flex_graph_attention`).
 
-The GLM is a T5 encoder whose attention bias is looked up per (query, key) pair from a small trainable
-table, by a graph-aware bucket id instead of T5's text relative position:
-
-    scores[b, h, i, j] = q[b, h, i] · k[b, h, j] * scaling + table[bucket[b, i, j], h]
-
-Pairs that may not attend (``allowed`` False in the local GLM, or a padding key) are masked before the
-softmax. Both paths take the bias as a ``GraphAttentionBias`` (:mod:`glmrag.nn.glm`).
-:func:`eager_graph_attention` (the reference) materialises the ``(B, H, L, L)`` bias;
-:func:`flex_graph_attention` never does, and skips 128 x 128 blocks with no allowed pair.
+It computes what :func:`glmrag.nn.graph_attention.eager_graph_attention` computes without materialising the
+``(B, H, L, L)`` bias, and skips 128 x 128 blocks with no allowed pair.
 """
 
 from __future__ import annotations
@@ -21,7 +14,6 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch.nn.attention import flex_attention as _flex_module
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
@@ -31,72 +23,14 @@ if TYPE_CHECKING:
 __all__ = [
     "FlexFallbackError",
     "cpu_flex_backward",
-    "eager_graph_attention",
     "flex_graph_attention",
     "graph_block_mask",
-    "sdpa_graph_attention",
 ]
 
 _COMPILED_FLEX: Callable[..., torch.Tensor] | None = None
 # One cached block mask: all layers of one forward (and the recomputation under
 # activation checkpointing) share one bias object, so one entry serves them all.
 _LAST_BLOCK_MASK: tuple[tuple[Callable[[], object], ...], int, BlockMask] | None = None
-
-
-def eager_graph_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    bias: GraphAttentionBias,
-    scaling: float,
-    dropout: float = 0.0,
-    training: bool = False,
-) -> torch.Tensor:
-    """Reference graph-biased attention with a dense (B, H, L, L) bias.
-
-    Masked pairs get ``finfo(float32).min``, so a fully masked row softmaxes to
-    a uniform row (never NaN). The softmax runs in float32 and its result is
-    cast to ``value.dtype`` before dropout and the value product.
-
-    Shapes:
-        query, key, value: (B, H, L, D)
-        bias.bucket: (B, L, L) integer in [0, K); bias.table: (K, H)
-        bias.allowed: (B, L, L) bool or None; bias.key_mask: (B, L) bool
-        output: (B, L, H, D), contiguous (what T5Attention reshapes to (B, L, H * D))
-    """
-    scores = torch.matmul(query, key.transpose(2, 3)).float()  # (B, H, L, L)
-    if scaling != 1.0:
-        scores = scores * scaling
-    scores = scores + bias.dense_bias()  # (B, H, L, L) float32: a bf16 bias is promoted in the add, not copied
-    keep = bias.key_mask[:, None, None, :]  # (B, 1, 1, L)
-    if bias.allowed is not None:
-        keep = keep & bias.allowed[:, None]  # (B, 1, L, L)
-    scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=-1).to(value.dtype)  # (B, H, L, L)
-    weights = F.dropout(weights, p=dropout, training=training)
-    output = torch.matmul(weights, value)  # (B, H, L, D)
-    return output.transpose(1, 2).contiguous()  # (B, L, H, D)
-
-
-def sdpa_graph_attention(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: GraphAttentionBias, scaling: float
-) -> torch.Tensor:
-    """``eager_graph_attention`` without dropout, by ``F.scaled_dot_product_attention`` with a float mask.
-
-    The mask is ``bias.sdpa_mask()``: the dense bias with ``finfo(float32).min`` at pairs that may not attend,
-    so a partly masked row softmaxes exactly as in the eager path. A row with no allowed key (a padding query
-    of the local GLM) would see ``q . k + finfo.min``: the same uniform weights, but a gradient into ``q`` and
-    ``k`` through the added scores where the eager path's ``masked_fill`` gives none; its query is zeroed, so
-    that row's output (the mean of the values) and every gradient equal the eager path's.
-
-    Shapes: as :func:`eager_graph_attention`; float32 states -> ``(B, L, H, D)``, contiguous.
-    """
-    mask = bias.sdpa_mask()  # (B, H, L, L)
-    if bias.allowed is not None:
-        has_key = bias.keep().any(dim=-1, keepdim=True)  # (B, 1, L, 1)
-        query = query * has_key
-    output = F.scaled_dot_product_attention(query, key, value, attn_mask=mask.to(query.dtype), scale=scaling)
-    return output.transpose(1, 2).contiguous()  # (B, H, L, D) -> (B, L, H, D)
 
 
 def graph_block_mask(bias: GraphAttentionBias, seq_len: int) -> BlockMask:

@@ -5,12 +5,11 @@ bias. T5's shared ``relative_attention_bias`` table is indexed by graph-aware bu
 (:func:`graph_buckets`): pairs inside a node or a triple, and question pairs, take T5's bucket of their
 relative position (:mod:`glmrag.graph.levi`); the others take three extra buckets (GLM-RAG App. B), which
 start as copies of the farthest-distance bucket. The local GLM lets only the former attend.
-:class:`GraphEncoder` holds what every backbone shares (the extra buckets, the bias, the kernels of
-:func:`attend`); :class:`GLMEncoder` runs T5's own ``T5Block`` modules with a :class:`GraphAttentionBias` as
-their ``position_bias``; :func:`graph_attention`, registered in transformers' ``AttentionInterface``, reads it
-(no copy of ``modeling_t5.py``). :mod:`glmrag.nn.glm_mpnet` is the second backbone (MPNet, the same bias
-machinery). The ``eager`` backend uses SDPA with a float32 mask when no dropout applies and states are
-float32, else the dense-bias reference; ``flex`` is :mod:`glmrag.nn.flex_attention`.
+:class:`GraphEncoder` holds what every backbone shares (the extra buckets, the bias, the attention of
+:mod:`glmrag.nn.graph_attention`); :class:`T5GLMEncoder` runs T5's own ``T5Block`` modules with a
+:class:`GraphAttentionBias` as their ``position_bias``; :func:`graph_attention`, registered in transformers'
+``AttentionInterface``, reads it (no copy of ``modeling_t5.py``). :mod:`glmrag.nn.glm_mpnet` is the second
+backbone (MPNet, the same bias machinery).
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from transformers.models.t5.modeling_t5 import T5Attention, eager_attention_forw
 
 from glmrag.graph.levi import GRAPH_GLOBAL, SAME_TRIPLE, TEXT_TO_TEXT
 from glmrag.nn.attention_bias import GraphAttentionBias
-from glmrag.nn.flex_attention import eager_graph_attention, flex_graph_attention, sdpa_graph_attention
+from glmrag.nn.graph_attention import attend
 
 ATTENTION_NAME = "glm_graph"
 """The name of :func:`graph_attention` in transformers' ``AttentionInterface``."""
@@ -33,32 +32,6 @@ NUM_EXTRA_BUCKETS = 3
 """GLM-RAG App. B: global GLM with FullyConnected -> three additional buckets (kinds 1, 2, 3)."""
 ATTENTIONS = ("global", "local")
 BACKENDS = ("eager", "flex")
-
-
-def attend(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    bias: GraphAttentionBias,
-    scaling: float,
-    dropout: float = 0.0,
-    training: bool = False,
-) -> torch.Tensor:
-    """Graph-biased attention by the bias's backend: flex, else SDPA (float32, no dropout), else the reference.
-
-    Shapes: **query**, **key**, **value** ``(B, H, L, D)`` -> ``(B, L, H, D)``.
-    """
-    if bias.backend == "flex":
-        if dropout > 0 and training:
-            raise ValueError(
-                f"the flex backend got attention dropout {dropout}, which FlexAttention does not support; "
-                "set dropout_rate: 0 (T5) or attention_probs_dropout_prob: 0 (MPNet) in the GLM encoder's config, "
-                "or use backend 'eager'"
-            )
-        return flex_graph_attention(query, key, value, bias, scaling)
-    if (dropout == 0.0 or not training) and query.dtype == torch.float32:
-        return sdpa_graph_attention(query, key, value, bias, scaling)
-    return eager_graph_attention(query, key, value, bias, scaling, dropout, training)
 
 
 def graph_attention(
@@ -255,7 +228,7 @@ class GraphEncoder(nn.Module, metaclass=abc.ABCMeta):
         return layer
 
 
-class GLMEncoder(GraphEncoder):
+class T5GLMEncoder(GraphEncoder):
     """A T5 encoder reading Levi graphs with graph-aware relative positions.
 
     Args:
@@ -279,14 +252,14 @@ class GLMEncoder(GraphEncoder):
         self.init_extra_buckets()
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, **kwargs) -> GLMEncoder:
+    def from_pretrained(cls, name_or_path: str, **kwargs) -> T5GLMEncoder:
         """The pretrained encoder of ``name_or_path`` (``t5-small``/``t5-base``/``t5-large``, or a folder)."""
         return cls(T5EncoderModel.from_pretrained(name_or_path, attn_implementation=register_glm_attention()), **kwargs)
 
     @classmethod
-    def from_config(cls, config: T5Config, **kwargs) -> GLMEncoder:
+    def from_config(cls, config: T5Config, **kwargs) -> T5GLMEncoder:
         """A randomly initialised encoder (tests, the offline demo); ``config`` itself is left unchanged."""
-        config = copy.deepcopy(config)  # the model keeps its config object and GLMEncoder sets its attention
+        config = copy.deepcopy(config)  # the model keeps its config object and T5GLMEncoder sets its attention
         return cls(T5EncoderModel._from_config(config, attn_implementation=register_glm_attention()), **kwargs)
 
     def enable_gradient_checkpointing(self) -> None:

@@ -30,7 +30,8 @@ from transformers.models.mpnet.modeling_mpnet import MPNetSelfAttention
 
 from glmrag.graph.levi import SAME_TRIPLE, TEXT_TO_TEXT
 from glmrag.nn.attention_bias import GraphAttentionBias
-from glmrag.nn.glm import GraphEncoder, attend
+from glmrag.nn.glm import GraphEncoder
+from glmrag.nn.graph_attention import attend
 
 ABSOLUTE_POSITIONS = ("sentence", "sequence", "constant")
 """How MPNet's absolute position of a graph token is chosen (:func:`absolute_positions`)."""

@@ -27,7 +27,7 @@ from glmrag.retrievers.base import Ranking
 
 KG = "index"
 """The name under which the module reads the evaluator's index."""
-MODEL_HPARAMS = ("embed_model", "glm.t5", "glm.tokenizer")
+MODEL_HPARAMS = ("embed_model", "glm.encoder", "glm.tokenizer")
 """Hyper-parameters of a checkpoint that name a pretrained model its retriever loads (``node.field``: nested)."""
 
 

@@ -25,7 +25,7 @@ from glmrag.models.glm_inputs import (
     question_record,
     record_layout,
 )
-from glmrag.nn.glm import GLMEncoder
+from glmrag.nn.glm import T5GLMEncoder
 from glmrag.nn.glm_retriever import GLMInputs, GLMRetriever
 
 WORDS = ["paris", "the", "river", "x", "of", "mountainous", "republic", "king", "zz9", "born", "é", "-"]
@@ -143,7 +143,7 @@ def test_int16_positions_give_the_scores_of_int32_positions(tok, backend, attent
     config = T5Config(
         vocab_size=tok.vocab_size, d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8, dropout_rate=0.1
     )
-    model = GLMRetriever(GLMEncoder.from_config(config, attention=attention, backend=backend)).train(training)
+    model = GLMRetriever(T5GLMEncoder.from_config(config, attention=attention, backend=backend)).train(training)
     scores = []
     for position in (batch["relative_position"], old["relative_position"]):
         torch.manual_seed(1)  # the same dropout masks in training

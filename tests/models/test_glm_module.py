@@ -39,7 +39,7 @@ def make_dm(index_config, cache_dir, **overrides) -> SubgraphDataModule:
 def make_model(**overrides) -> GLMRetrieverModule:
     torch.manual_seed(0)
     args = {
-        "glm": {"t5_config": T5_TINY, "tokenizer": DEFAULT_MODEL},
+        "glm": {"encoder_config": T5_TINY, "tokenizer": DEFAULT_MODEL},
         "subgraph": {"max_triplets": MAX_TRIPLETS},
         "lr": {"head": 3e-3, "backbone": 3e-3},
         "optimizer": partial(torch.optim.AdamW),
@@ -127,7 +127,7 @@ def test_load_from_checkpoint_gives_the_same_logits(fitted, tmp_path):
 def test_datamodule_with_other_subgraphs_is_refused(index_config, cpu_trainer, cache, tmp_path):
     dm = make_dm(index_config, cache, subgraph={"max_triplets": 30})
     trainer = cpu_trainer(max_epochs=1, default_root_dir=tmp_path)
-    with pytest.raises(ValueError, match=r"max_triplets=30 but the model 60.*datamodule.subgraph.max_triplets"):
+    with pytest.raises(ValueError, match=r"max_triplets=30 but the model 60.*subgraph=model.hparams.subgraph"):
         trainer.validate(make_model(kgs=dm), datamodule=dm, verbose=False)
 
 

@@ -23,7 +23,7 @@ from glmrag.graph.levi import layout_triples
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
 from glmrag.models.glm_module import GLMRetrieverModule
-from glmrag.nn.glm import GLMEncoder
+from glmrag.nn.glm import T5GLMEncoder
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "graph"))
 from reference_positions import reference_glm_positions  # noqa: E402
@@ -71,7 +71,7 @@ def test_glm_reads_the_reference_buckets_on_reciprocal_edges_and_self_loops(tok)
     layout = layout_triples(TRIPLES, tok, question="what is the capital of france", question_eos=True)
     batch = GLMCollate()([_record_of(layout)])  # the default collate: position_conflict="last"
     torch.manual_seed(0)
-    encoder = GLMEncoder.from_config(T5Config(vocab_size=tok.vocab_size, **T5_TINY))
+    encoder = T5GLMEncoder.from_config(T5Config(vocab_size=tok.vocab_size, **T5_TINY))
     bias = encoder.attention_bias(batch["token_mask"], batch["relative_position"], batch["kind"])
     assert bias.bucket.dtype == torch.int8
     n = len(layout.input_ids)
@@ -118,7 +118,7 @@ def test_the_stored_question_ends_with_the_end_of_sequence_token(kg, tok):
 @pytest.mark.parametrize(("bucket_lr", "group"), [("backbone", "backbone"), ("head", "head")])
 def test_extra_buckets_train_at_the_backbone_rate_by_default(bucket_lr, group):
     torch.manual_seed(0)
-    glm, lr = {"t5_config": T5_TINY, "tokenizer": DEFAULT_MODEL}, {"head": 5e-4, "backbone": 1e-4}
+    glm, lr = {"encoder_config": T5_TINY, "tokenizer": DEFAULT_MODEL}, {"head": 5e-4, "backbone": 1e-4}
     model = GLMRetrieverModule(glm=glm, lr=lr if bucket_lr == "backbone" else lr | {"buckets": "head"})
     groups = {g["name"]: g for g in model.configure_optimizers()["optimizer"].param_groups}
     holder = [name for name, g in groups.items() if any(p is model.net.encoder.extra_bias for p in g["params"])]

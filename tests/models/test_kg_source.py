@@ -103,7 +103,7 @@ def gnn_module(kgs=None) -> GNNRetrieverModule:
 
 def glm_module(kgs=None, **overrides) -> GLMRetrieverModule:
     torch.manual_seed(0)
-    glm = {"t5_config": T5_TINY, "tokenizer": DEFAULT_MODEL, "question_dim": DIM}
+    glm = {"encoder_config": T5_TINY, "tokenizer": DEFAULT_MODEL, "question_dim": DIM}
     args = {"subgraph": {"max_triplets": 30}, "prior": PRIOR, "loss": {"passage_weight": 1.0}} | overrides
     return GLMRetrieverModule(glm=glm, kgs=kgs, **args)
 

@@ -41,7 +41,7 @@ def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
 
 def tiny_glm(**settings) -> GLMRetrieverModule:
     torch.manual_seed(0)
-    glm = {"t5_config": T5_TINY, "tokenizer": DEFAULT_MODEL, "question_dim": 16}
+    glm = {"encoder_config": T5_TINY, "tokenizer": DEFAULT_MODEL, "question_dim": 16}
     return GLMRetrieverModule(glm=glm, **({"subgraph": {"max_triplets": 30}} | settings))
 
 
@@ -62,14 +62,14 @@ def test_the_gnn_gets_dataclasses_from_mappings_and_saves_them_whole():
 
 def test_the_glm_gets_dataclasses_and_its_own_loss_defaults():
     module = tiny_glm(loss={"temperature": 0.5}, lr=LearningRates(head=1e-3))
-    assert module.config == GLMConfig(t5_config=T5_TINY, tokenizer=DEFAULT_MODEL, question_dim=16)
+    assert module.config == GLMConfig(encoder_config=T5_TINY, tokenizer=DEFAULT_MODEL, question_dim=16)
     assert module.settings == SubgraphSettings(max_triplets=30)
     # a partial loss node keeps the GLM's weights (App. B), not GFM-RAG's
     assert module.loss_weights == LossWeights(bce_weight=0.44, listce_weight=0.56, temperature=0.5)
     assert tiny_glm().loss_weights == GLM_LOSS
     groups = {g["name"]: g["lr"] for g in module.parameter_groups()}
     assert groups == {"backbone": 1e-4, "head": 1e-3}
-    assert GLMConfig(t5="t5-small").tokenizer == "t5-small"  # the T5's own tokenizer by default
+    assert GLMConfig(encoder="t5-small").tokenizer == "t5-small"  # the T5's own tokenizer by default
 
 
 def test_a_priors_two_scalars_train_at_lr_prior_when_it_is_set():
@@ -113,7 +113,7 @@ def test_a_learning_rate_that_is_not_a_finite_number_is_refused(value):
         (lambda: GNNRetrieverModule(prior={"kind": "dense"}), r"prior.kind must be one of"),
         (lambda: GNNRetrieverModule(evaluation={"ks": [1, 5]}), r"evaluation.ks must include 2"),
         (lambda: tiny_glm(lr={"bucket": "head"}), r"model.lr has unknown key\(s\) \['bucket'\]"),
-        (lambda: tiny_glm(subgraph={"precompute": True}), r"set datamodule.subgraph.precompute"),
+        (lambda: tiny_glm(subgraph={"precompute": True}), r"set datamodule.precompute"),
         (lambda: GLMRetrieverModule(glm={"attention": "sparse"}), r"glm.attention must be one of"),
     ],
 )
@@ -139,8 +139,8 @@ def test_the_yaml_nodes_become_the_modules_dataclasses(train_config):
 
     cfg = train_config(("experiment=glm_demo", "model.subgraph.layout=linear", "output_dir=x"))
     glm = instantiate(cfg.model)
-    assert isinstance(glm.config, GLMConfig) and glm.config.t5_config["d_model"] == 128
-    assert glm.settings.layout == "linear" == cfg.datamodule.subgraph.layout  # ${model.subgraph.layout}
+    assert isinstance(glm.config, GLMConfig) and glm.config.encoder_config["d_model"] == 128
+    assert glm.settings.layout == "linear" and "subgraph" not in cfg.datamodule  # the model's node alone
     assert glm.learning_rates == LearningRates(head=1e-3, backbone=1e-3)
     assert cfg.datamodule.tokenizer == glm.config.tokenizer == "offline:all-MiniLM-L6-v2"
 
@@ -150,7 +150,7 @@ def test_the_yaml_nodes_become_the_modules_dataclasses(train_config):
     [
         (["+model.gnn.hiden=3"], r"model.gnn has unknown key\(s\) \['hiden'\]"),
         (["+model.kgc.negatives=3"], r"model.kgc has unknown key\(s\) \['negatives'\]"),
-        (["experiment=glm_demo", "+model.subgraph.precompute=true"], r"set datamodule.subgraph.precompute"),
+        (["experiment=glm_demo", "+model.subgraph.precompute=true"], r"set datamodule.precompute"),
         (["experiment=glm_demo", "model.glm.backend=triton"], r"glm.backend must be one of"),
         (["model.loss.bce_weight=0", "model.loss.listce_weight=0"], r"passage_weight are all 0"),
     ],
@@ -175,25 +175,25 @@ def test_a_nested_checkpoint_round_trips(tmp_path):
     assert loaded.hparams == module.hparams and loaded.config == module.config and same_weights(loaded, module)
 
 
-@pytest.mark.parametrize("layout", [None, 1, 3, "2"])
+@pytest.mark.parametrize("layout", [None, 2, 4, "3"])
 def test_a_checkpoint_of_another_layout_is_refused_by_name(tmp_path, layout):
     module = GNNRetrieverModule(gnn=GNN_DIMS, subgraph={"max_triplets": 30})
     checkpoint: dict = {}
     module.on_save_checkpoint(checkpoint)
-    assert checkpoint[HPARAMS_LAYOUT_KEY] == HPARAMS_LAYOUT == 2
+    assert checkpoint[HPARAMS_LAYOUT_KEY] == HPARAMS_LAYOUT == 3
     save(module, dict(module.hparams), tmp_path / "other.ckpt")
     ckpt = torch.load(tmp_path / "other.ckpt", weights_only=True)
     torch.save(
         {k: v for k, v in ckpt.items() if k != HPARAMS_LAYOUT_KEY} | {HPARAMS_LAYOUT_KEY: layout},
         tmp_path / "other.ckpt",
     )
-    with pytest.raises(CheckpointLayoutError, match=r"other.ckpt: .*layout.*this glmrag reads layout 2 only"):
+    with pytest.raises(CheckpointLayoutError, match=r"other.ckpt: .*layout.*this glmrag reads layout 3 only"):
         GNNRetrieverModule.load_from_checkpoint(tmp_path / "other.ckpt")
 
 
 def test_the_models_a_checkpoint_names():
     glm = tiny_glm()
-    expected = {"embed_model": "offline:all-MiniLM-L6-v2", "glm.t5": "t5-base", "glm.tokenizer": DEFAULT_MODEL}
+    expected = {"embed_model": "offline:all-MiniLM-L6-v2", "glm.encoder": "t5-base", "glm.tokenizer": DEFAULT_MODEL}
     assert named_models(dict(glm.hparams)) == expected
 
 

@@ -6,7 +6,6 @@ import math
 from pathlib import Path
 from types import SimpleNamespace
 
-import hydra
 import numpy as np
 import pytest
 import torch
@@ -17,6 +16,7 @@ from glmrag.data.types import Question
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import EntityLink
 from glmrag.index.synthetic import random_kg
+from glmrag.jobs.common import instantiate_datamodule
 from glmrag.models.chunk_records import INDEX, ChunkShards
 from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer, question_record
 from glmrag.models.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
@@ -327,7 +327,7 @@ def test_config_builds_the_datamodule_with_the_models_subgraph_settings(index_co
             "datamodule": node,
         }
     )
-    dm = hydra.utils.instantiate(cfg.datamodule)
+    dm = instantiate_datamodule(cfg)  # as the training job builds it: with model.subgraph
     assert isinstance(dm, SubgraphDataModule)
     hp = dm.hparams
     assert (
@@ -353,21 +353,23 @@ def test_config_builds_the_datamodule_with_the_models_subgraph_settings(index_co
     )
     assert dm.settings == SubgraphSettings(2, 600, "linear", False, "path", 4, False, "nearest")
     assert dm.cache_dir.name == "glm_chunks"
-    assert hp.num_workers is None and dm.num_workers >= 1 and not hp.subgraph["precompute"]
-    assert hp.subgraph == dm.settings.as_dict()  # every field, plain
+    assert hp.num_workers is None and dm.num_workers >= 1 and not hp.precompute
+    assert hp.subgraph | {"precompute": False} == dm.settings.as_dict()  # every field, plain
 
 
 def test_constructor_rejects_bad_values(index_config):
     with pytest.raises(ValueError, match="layout"):
         SubgraphDataModule(["musique100"], index_config(), subgraph={"layout": "tree"})
-    with pytest.raises(TypeError, match=r"datamodule.subgraph has unknown key\(s\) \['max_triplet'\]"):
+    with pytest.raises(TypeError, match=r"subgraph has unknown key\(s\) \['max_triplet'\]"):
         SubgraphDataModule(["musique100"], index_config(), subgraph={"max_triplet": 5})
+    with pytest.raises(TypeError, match="precompute is the DataModule's own argument"):
+        SubgraphDataModule(["musique100"], index_config(), subgraph={"precompute": True})
     with pytest.raises(ValueError, match="distinct"):
         SubgraphDataModule(["toy", "toy"], index_config())
 
 
 def test_precomputed_positions_stream_the_same_batches(dm, index_config):
-    stored = make_dm(index_config, dm.cache_dir, subgraph={"precompute": True, "position_mode": "path"})
+    stored = make_dm(index_config, dm.cache_dir, subgraph={"position_mode": "path"}, precompute=True)
     stored.prepare_data()
     stored.setup("fit")
     computed = make_dm(index_config, dm.cache_dir, subgraph={"position_mode": "path"})

@@ -7,13 +7,13 @@ import math
 import random
 from pathlib import Path
 
-import hydra
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from glmrag.data.registry import load_dataset
 from glmrag.index.embed import DEFAULT_MODEL
+from glmrag.jobs.common import instantiate_datamodule
 from glmrag.models.gnn_datamodule import KGQADataModule
 from glmrag.models.subgraph_data import SubgraphDataModule
 from glmrag.models.train_fraction import check_train_fraction, fraction_of
@@ -156,10 +156,10 @@ def _compose(overrides):
 def test_the_config_key_reaches_either_datamodule(experiment):
     assert _compose([f"experiment={experiment}"]).datamodule.train_fraction == 1.0
     cfg = _compose([f"experiment={experiment}", "datamodule.train_fraction=0.5"])
-    dm = hydra.utils.instantiate(cfg.datamodule)
+    dm = instantiate_datamodule(cfg)
     assert dm.hparams.train_fraction == 0.5
     with pytest.raises(Exception, match="train_fraction"):
-        hydra.utils.instantiate(_compose([f"experiment={experiment}", "datamodule.train_fraction=0"]).datamodule)
+        instantiate_datamodule(_compose([f"experiment={experiment}", "datamodule.train_fraction=0"]))
 
 
 def test_the_data_scaling_study_sweeps_the_fraction():

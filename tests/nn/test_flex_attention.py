@@ -8,14 +8,9 @@ import pytest
 import torch
 
 from glmrag.nn.attention_bias import GraphAttentionBias
-from glmrag.nn.flex_attention import (
-    cpu_flex_backward,
-    eager_graph_attention,
-    flex_graph_attention,
-    graph_block_mask,
-    sdpa_graph_attention,
-)
+from glmrag.nn.flex_attention import cpu_flex_backward, flex_graph_attention, graph_block_mask
 from glmrag.nn.glm import graph_attention
+from glmrag.nn.graph_attention import eager_graph_attention, sdpa_graph_attention
 
 B, H, L, D, K = 2, 3, 40, 8, 35
 LENGTHS = (40, 33)  # the second sequence has 7 padding tokens

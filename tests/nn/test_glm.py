@@ -8,7 +8,7 @@ from transformers import T5Config, T5EncoderModel
 from glmrag.graph.levi import encode_triples, linearise, linearise_subgraph, with_positions
 from glmrag.graph.subgraph import Subgraph
 from glmrag.nn.flex_attention import cpu_flex_backward
-from glmrag.nn.glm import ATTENTION_NAME, GLMEncoder, graph_buckets
+from glmrag.nn.glm import ATTENTION_NAME, T5GLMEncoder, graph_buckets
 
 CHAIN = [
     ("barack obama", "was born in", "honolulu"),
@@ -28,17 +28,17 @@ def t5(tok):
     return T5EncoderModel(config).eval()
 
 
-def glm_of(t5, **kwargs) -> GLMEncoder:
-    return GLMEncoder(copy.deepcopy(t5), **kwargs).eval()
+def glm_of(t5, **kwargs) -> T5GLMEncoder:
+    return T5GLMEncoder(copy.deepcopy(t5), **kwargs).eval()
 
 
-def run_glm(glm: GLMEncoder, graphs) -> torch.Tensor:
+def run_glm(glm: T5GLMEncoder, graphs) -> torch.Tensor:
     """:func:`encode` without gradients. Shapes: -> (B, L, d)."""
     with torch.no_grad():
         return encode(glm, graphs)
 
 
-def encode(glm: GLMEncoder, graphs) -> torch.Tensor:
+def encode(glm: T5GLMEncoder, graphs) -> torch.Tensor:
     """Pad Levi graphs into one batch and encode it. Shapes: -> (B, L, d)."""
     n = max(len(g.input_ids) for g in graphs)
     ids = torch.zeros(len(graphs), n, dtype=torch.long)
@@ -124,7 +124,7 @@ def test_extra_buckets_start_at_the_farthest_bucket_and_are_trained(tok, t5):
 
 def test_from_pretrained_local_folder_registers_graph_attention(tok, t5, tmp_path):
     t5.save_pretrained(tmp_path)
-    glm = GLMEncoder.from_pretrained(str(tmp_path)).eval()
+    glm = T5GLMEncoder.from_pretrained(str(tmp_path)).eval()
     assert glm.config._attn_implementation == ATTENTION_NAME
     graph = encode_triples(CHAIN, tok, mode="path")
     with torch.no_grad():
@@ -155,7 +155,7 @@ def test_gradients_match_eager_with_flex_and_checkpointing(tok, t5, backend, che
     graphs = [encode_triples(CHAIN, tok, question="where was obama born")]
 
     def grads(backend: str, checkpointing: bool) -> list[torch.Tensor]:
-        glm = GLMEncoder(copy.deepcopy(t5), backend=backend).train()
+        glm = T5GLMEncoder(copy.deepcopy(t5), backend=backend).train()
         if checkpointing:
             glm.enable_gradient_checkpointing()
         with cpu_flex_backward():
@@ -171,7 +171,7 @@ def test_flex_backend_trains_with_dropout_configured(tok):
     """FlexAttention has no attention dropout: the flex GLM drops only that one, and a training step runs."""
     config = T5Config(vocab_size=tok.vocab_size, d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8)
     assert config.dropout_rate > 0
-    glm = GLMEncoder.from_config(config, backend="flex").train()
+    glm = T5GLMEncoder.from_config(config, backend="flex").train()
     with cpu_flex_backward():
         encode(glm, [encode_triples(CHAIN[:1], tok)]).sum().backward()
     assert glm.t5.encoder.block[0].layer[0].SelfAttention.dropout == 0.0
@@ -182,8 +182,8 @@ def test_sdpa_runs_without_attention_dropout_and_equals_the_eager_reference(tok,
     """The eager backend takes the SDPA path in eval and when training with dropout_rate 0; its outputs (every
     row of a padded batch, global and local) and its gradients equal the eager reference's. With attention
     dropout in training it stays eager."""
-    import glmrag.nn.glm as glm_module
-    from glmrag.nn.flex_attention import eager_graph_attention, sdpa_graph_attention
+    import glmrag.nn.graph_attention as attention_module
+    from glmrag.nn.graph_attention import eager_graph_attention, sdpa_graph_attention
 
     calls = {"sdpa": 0}
 
@@ -197,8 +197,8 @@ def test_sdpa_runs_without_attention_dropout_and_equals_the_eager_reference(tok,
     graphs = [encode_triples(CHAIN, tok, question="where was obama born"), encode_triples(CHAIN[:1], tok)]
 
     def outputs_and_grads(path, attention: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        monkeypatch.setattr(glm_module, "sdpa_graph_attention", path)
-        glm = GLMEncoder(copy.deepcopy(t5), attention=attention).train()  # dropout_rate 0: no dropout anywhere
+        monkeypatch.setattr(attention_module, "sdpa_graph_attention", path)
+        glm = T5GLMEncoder(copy.deepcopy(t5), attention=attention).train()  # dropout_rate 0: no dropout anywhere
         out = encode(glm, graphs)
         out.pow(2).sum().backward()
         q = glm.t5.encoder.block[-1].layer[0].SelfAttention.q.weight
@@ -214,7 +214,7 @@ def test_sdpa_runs_without_attention_dropout_and_equals_the_eager_reference(tok,
             assert expected.abs().max() > 0
             torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
 
-    monkeypatch.setattr(glm_module, "sdpa_graph_attention", counted_sdpa)
+    monkeypatch.setattr(attention_module, "sdpa_graph_attention", counted_sdpa)
     run_glm(glm_of(t5), graphs)  # eval
     assert calls["sdpa"] == t5.config.num_layers
     dropping = copy.deepcopy(t5)
@@ -223,5 +223,5 @@ def test_sdpa_runs_without_attention_dropout_and_equals_the_eager_reference(tok,
             module.dropout = 0.1  # T5Attention's attention-probability dropout
     dropping.config.dropout_rate = 0.1
     calls["sdpa"] = 0
-    encode(GLMEncoder(dropping).train(), graphs)
+    encode(T5GLMEncoder(dropping).train(), graphs)
     assert calls["sdpa"] == 0  # attention dropout in training: the eager path

@@ -11,9 +11,9 @@ import pytest
 import torch
 from transformers import T5Config
 
-import glmrag.nn.glm as glm_module
+import glmrag.nn.graph_attention as attention_module
 from glmrag.graph.levi import GRAPH_GLOBAL, SAME_TRIPLE
-from glmrag.nn.glm import GLMEncoder, graph_buckets
+from glmrag.nn.glm import T5GLMEncoder, graph_buckets
 
 B, L = 2, 24
 CONFIG = T5Config(vocab_size=50, d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8, dropout_rate=0.0)
@@ -38,20 +38,20 @@ def inputs(seed: int = 0) -> dict[str, torch.Tensor]:
 def built(monkeypatch) -> list:
     """The GraphAttentionBias objects the encoder's forwards build, in order."""
     biases = []
-    original = GLMEncoder.attention_bias
+    original = T5GLMEncoder.attention_bias
 
     def recording(self, *args, **kwargs):
         bias = original(self, *args, **kwargs)
         biases.append(bias)
         return bias
 
-    monkeypatch.setattr(GLMEncoder, "attention_bias", recording)
+    monkeypatch.setattr(T5GLMEncoder, "attention_bias", recording)
     return biases
 
 
-def glm(attention: str = "global") -> GLMEncoder:
+def glm(attention: str = "global") -> T5GLMEncoder:
     torch.manual_seed(0)
-    return GLMEncoder.from_config(CONFIG, attention=attention)
+    return T5GLMEncoder.from_config(CONFIG, attention=attention)
 
 
 @pytest.mark.parametrize("attention", ["global", "local"])
@@ -93,7 +93,9 @@ def test_float32_keeps_the_float32_sdpa_mask_and_its_outputs(built, monkeypatch)
     (bias,) = built
     assert bias._dense is None and bias._sdpa_mask.dtype == torch.float32
     monkeypatch.setattr(
-        glm_module, "sdpa_graph_attention", lambda q, k, v, b, s: glm_module.eager_graph_attention(q, k, v, b, s)
+        attention_module,
+        "sdpa_graph_attention",
+        lambda q, k, v, b, s: attention_module.eager_graph_attention(q, k, v, b, s),
     )
     with torch.no_grad():
         eager = model(**inputs())

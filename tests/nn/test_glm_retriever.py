@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers import T5Config
 
-from glmrag.nn.glm import GLMEncoder
+from glmrag.nn.glm import T5GLMEncoder
 from glmrag.nn.glm_retriever import GLMInputs, GLMRetriever, pool_nodes
 
 
@@ -37,7 +37,7 @@ def test_pool_nodes_matches_a_loop(aggregation):
 def tiny_retriever(**kwargs) -> GLMRetriever:
     torch.manual_seed(0)
     config = T5Config(vocab_size=50, d_model=16, d_ff=32, num_layers=2, num_heads=2, d_kv=8, dropout_rate=0.0)
-    return GLMRetriever(GLMEncoder.from_config(config), question_dim=6, **kwargs).eval()
+    return GLMRetriever(T5GLMEncoder.from_config(config), question_dim=6, **kwargs).eval()
 
 
 def inputs(question_emb: torch.Tensor) -> GLMInputs:

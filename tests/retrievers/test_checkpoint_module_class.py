@@ -22,7 +22,7 @@ T5_TINY = {"d_model": 16, "d_ff": 32, "num_layers": 1, "num_heads": 2, "d_kv": 8
 def tiny(family: str):
     if family == "gnn":
         return GNNRetrieverModule(gnn={"hidden_channels": 8, "num_layers": 1})
-    return GLMRetrieverModule(glm={"t5_config": T5_TINY, "tokenizer": DEFAULT_MODEL})
+    return GLMRetrieverModule(glm={"encoder_config": T5_TINY, "tokenizer": DEFAULT_MODEL})
 
 
 def save(module, path, **entries):
