@@ -42,14 +42,14 @@ from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
 from glmrag.data.registry import load_dataset
+from glmrag.datamodules.chunk_records import ChunkShards
+from glmrag.datamodules.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
+from glmrag.datamodules.shard_stream import RankStream, StreamBatchSampler
+from glmrag.datamodules.subgraph_data import write_chunk_split
 from glmrag.graph.levi import graph_positions, layout_subgraph
 from glmrag.graph.subgraph import select_subgraph
 from glmrag.index.cache import get_index
 from glmrag.index.embed import DEFAULT_MODEL
-from glmrag.models.chunk_records import ChunkShards
-from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
-from glmrag.models.shard_stream import RankStream, StreamBatchSampler
-from glmrag.models.subgraph_data import write_chunk_split
 
 EXTRACTORS = {"musique100": "openie", "2wiki_test": "spacy"}
 BATCH = 2  # GLM-RAG Table 14

@@ -1,7 +1,7 @@
 """The GNN's question records read from memory and from LitData chunks (issue 36, item 1).
 
 ``KGQADataModule(store="memory")`` builds its question records in ``setup``; ``store="litdata"`` reads them
-row by row from LitData chunks written once (``glmrag/models/gnn_datamodule.py``). For musique100's training
+row by row from LitData chunks written once (``glmrag/datamodules/gnn_datamodule.py``). For musique100's training
 split (the embedded data, the offline MiniLM encoder), with 0 and 2 DataLoader workers: the best of
 ``--epochs`` wall times to read every training batch (collate included: targets and seed weights), and its
 rate in questions per second. A GNN training step at 2Wiki-test size takes 0.77 s at batch 1 on one thread
@@ -21,8 +21,8 @@ from types import SimpleNamespace
 
 from omegaconf import OmegaConf
 
+from glmrag.datamodules.gnn_datamodule import KGQADataModule
 from glmrag.jobs.common import compose_config
-from glmrag.models.gnn_datamodule import KGQADataModule
 
 ENCODER = "offline:all-MiniLM-L6-v2"
 

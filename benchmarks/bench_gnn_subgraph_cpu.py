@@ -36,10 +36,10 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from glmrag.data.registry import load_dataset
+from glmrag.datamodules.glm_inputs import SubgraphSettings
+from glmrag.datamodules.gnn_input_cache import cached_graph_inputs
 from glmrag.index.cache import get_index
 from glmrag.jobs import config_path  # noqa: F401  (registers the resolvers and schemas the configs use)
-from glmrag.models.glm_inputs import SubgraphSettings
-from glmrag.models.gnn_input_cache import cached_graph_inputs
 from glmrag.models.gnn_module import question_subgraphs, subgraph_batch
 from glmrag.nn.gnn import GNNConfig, QueryGNN
 from glmrag.nn.graph_inputs import graph_inputs, seed_weights

@@ -31,12 +31,12 @@ import numpy as np
 from bench_glm_inputs import index_of
 
 from glmrag.data.registry import load_dataset
+from glmrag.datamodules.glm_inputs import SubgraphSettings, load_tokenizer
 from glmrag.graph import path_positions, positions
 from glmrag.graph.levi import layout_subgraph
 from glmrag.graph.subgraph import select_subgraph
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.store import load_index
-from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer
 
 
 def module_at(revision: str) -> types.ModuleType:

@@ -81,8 +81,8 @@ def measure_gnn_glm(triples: int, n_questions: int, whole_kg: bool) -> dict:
     from bench_scaling_corpus import BUDGET, gnn_forwards
     from stage_clock import StageClock
 
+    from glmrag.datamodules.glm_inputs import SubgraphSettings, load_tokenizer
     from glmrag.index.embed import DEFAULT_MODEL
-    from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer
 
     index = power_law_index(int(triples / TRIPLES_PER_ENTITY), triples, num_relations=1000, num_passages=6119)
     questions = random_questions(index, n_questions)

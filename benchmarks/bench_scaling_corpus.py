@@ -96,7 +96,7 @@ def gnn_forwards(index, questions, clock: StageClock, whole_kg: bool = True) -> 
     import torch
     from bench_gnn_subgraph_cpu import RandomEncoder
 
-    from glmrag.models.glm_inputs import SubgraphSettings
+    from glmrag.datamodules.glm_inputs import SubgraphSettings
     from glmrag.models.gnn_module import question_subgraphs, subgraph_batch
     from glmrag.nn.gnn import GNNConfig, QueryGNN
     from glmrag.nn.graph_inputs import graph_inputs, seed_weights
@@ -138,9 +138,9 @@ def one_size(path: Path, glm_questions: int) -> dict:
     from bench_glm_inputs import full_path
 
     from glmrag.data.registry import load_dataset
+    from glmrag.datamodules.glm_inputs import SubgraphSettings, load_tokenizer
     from glmrag.graph.subgraph import select_subgraph
     from glmrag.index.embed import DEFAULT_MODEL
-    from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer
     from glmrag.retrievers.ppr import PPRRetriever
 
     record = pickle.loads(path.read_bytes())

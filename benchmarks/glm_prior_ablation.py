@@ -18,11 +18,11 @@ import numpy as np
 import torch
 
 import glmrag
+from glmrag.datamodules.gnn_input_cache import cached_passage_embeddings
 from glmrag.index.embed import Embedder
 from glmrag.index.ranking import top_k_stable
 from glmrag.index.ranking_metrics import recall_at_k
 from glmrag.io import load_checkpoint_dict
-from glmrag.models.gnn_input_cache import cached_passage_embeddings
 from glmrag.nn.graph_inputs import seed_weights
 from glmrag.nn.prior import EntityPrior, PriorSettings, passage_logits, prior_kg
 

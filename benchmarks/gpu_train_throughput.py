@@ -68,10 +68,10 @@ from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader
 
 from glmrag.data.types import Question
+from glmrag.datamodules.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
 from glmrag.index.kg import EntityLink, KGIndex
 from glmrag.index.synthetic import power_law_index
 from glmrag.io import atomic_write_text
-from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
 from glmrag.nn.flex_attention import cpu_flex_backward
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,10 +15,10 @@ import argparse
 import numpy as np
 from bench_path_positions import layouts_of
 
+from glmrag.datamodules.glm_inputs import load_tokenizer
 from glmrag.graph import positions
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.store import load_index
-from glmrag.models.glm_inputs import load_tokenizer
 
 
 def main() -> None:

@@ -3,8 +3,8 @@
 
 Each run is its own ``python train.py`` process, as a user runs it, reading the session's index cache (the
 musique100 index and passage embeddings the integration tests build once; both runs read the same index, as a
-rerun does). Two epochs instead of the README's five keep the test short; the code path (seeded split, seeded DataLoader order, training, testing the best checkpoint,
-evaluating against dense and PPR) is the main job's.
+rerun does). Two epochs instead of the README's five keep the test short; the code path (seeded split, seeded
+DataLoader order, training, testing the best checkpoint, evaluating against dense and PPR) is the main job's.
 """
 
 import json

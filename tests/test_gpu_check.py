@@ -32,7 +32,7 @@ GPU_MODULES = (
     "glmrag.nn.gnn",
     "glmrag.nn.flex_attention",
     "glmrag.models.glm_module",
-    "glmrag.models.glm_inputs",
+    "glmrag.datamodules.glm_inputs",
     "glmrag.index.extractors.base",
     "gpu_glm",
     "gpu_gnn",

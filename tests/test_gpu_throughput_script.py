@@ -116,7 +116,7 @@ def test_synthetic_names_are_distinct_and_tokenised_word_by_word(tmp_path):
         import gpu_train_throughput as script
     finally:
         sys.path.remove(str(SCRIPT.parent))
-    from glmrag.models.glm_inputs import load_tokenizer
+    from glmrag.datamodules.glm_inputs import load_tokenizer
 
     kg, vocabulary = script.synthetic_kg("small")
     assert len(set(kg.entities)) == len(kg.entities) and len(set(kg.relations)) == len(kg.relations)

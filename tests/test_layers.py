@@ -27,7 +27,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("index",),
     ("graph",),
     ("nn",),
-    ("models",),
+    ("datamodules",),  # the data side of training: DataModules, records, batches, samplers
+    ("models",),  # the LightningModules and their callbacks
     ("retrievers",),
     ("qa", "eval"),
     ("jobs", "api"),  # the entry floor: the jobs train.py and eval.py call, and the Python API over them

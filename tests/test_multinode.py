@@ -6,7 +6,7 @@ and its Trainer is built from ``cfg.trainer`` with ``accelerator="cpu"`` standin
 environment variables its launcher sets: torchrun's (``TORCHELASTIC_RUN_ID``, ``WORLD_SIZE``, ``RANK``,
 ``LOCAL_RANK``, ``GROUP_RANK``) or those of ``srun`` in the section's ``#SBATCH`` job. Nothing is
 launched and no process group is created. The DataModule then splits the global batch with its own
-:meth:`~glmrag.models.kg_datamodule.KGDataModule.set_device_batch_size`.
+:meth:`~glmrag.datamodules.kg_datamodule.KGDataModule.set_device_batch_size`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from hydra import compose, initialize_config_dir
 from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment, TorchElasticEnvironment
 from lightning.pytorch.strategies import DDPStrategy
 
+from glmrag.datamodules.kg_sampler import KGBatchSampler
 from glmrag.jobs.common import instantiate_datamodule
-from glmrag.models.kg_sampler import KGBatchSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = ("# Several GPUs and nodes", "## Where to go next")

@@ -33,18 +33,18 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from stand_ins import SigtermAfterStep
 from torch import nn
 
+from glmrag.datamodules.gnn_datamodule import KGQADataModule
+from glmrag.datamodules.kg_sampler import KGBatchSampler
+from glmrag.datamodules.resumable import RANDOM_STREAMS_KEY, ResumableLoader
+from glmrag.datamodules.subgraph_data import SubgraphDataModule
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.jobs.config_check import ConfigError, validate_train_config
 from glmrag.jobs.run_folder import last_run_folder, resume_checkpoint, resume_folder
 from glmrag.jobs.train import PREEMPTED_EXIT_CODE, run_train
 from glmrag.models.glm_module import GLMRetrieverModule
-from glmrag.models.gnn_datamodule import KGQADataModule
 from glmrag.models.gnn_module import GNNRetrieverModule
-from glmrag.models.kg_sampler import KGBatchSampler
 from glmrag.models.preemption import PreemptionCheckpoint
-from glmrag.models.resumable import RANDOM_STREAMS_KEY, ResumableLoader
 from glmrag.models.retriever_module import StepSchedule, warmup_cosine
-from glmrag.models.subgraph_data import SubgraphDataModule
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -178,7 +178,7 @@ def test_a_job_stopped_mid_epoch_resumes_as_if_never_stopped(job, tmp_path):
     """``python train.py`` as a user runs it, stopped by SIGTERM in the middle of its second epoch and started
     again with ``ckpt_path=last``: every training step's loss, and the evaluation filed at the end, are the
     uninterrupted job's. The demo's per-step schedule makes Lightning build the training loader before it
-    restores the checkpoint (:func:`glmrag.models.resumable.load_pending_loader_state`)."""
+    restores the checkpoint (:func:`glmrag.datamodules.resumable.load_pending_loader_state`)."""
     per_epoch = 6  # data.limit=12 at batch size 2
     stop = per_epoch + per_epoch // 2
     # same overrides in every run of one folder (the resumed command is the stopped one + ckpt_path=last)
@@ -263,7 +263,7 @@ def gnn_step_schedule_worker_parts(index_config, cache_dir):
 
     The per-step schedule asks ``trainer.estimated_stepping_batches`` in ``configure_optimizers``, so Lightning
     builds the training loader before it restores the checkpoint (Lightning-AI/pytorch-lightning#20550;
-    :func:`~glmrag.models.resumable.load_pending_loader_state`); the worker starts prefetching when its iterator
+    :func:`~glmrag.datamodules.resumable.load_pending_loader_state`); the worker starts prefetching when its iterator
     is made, before Lightning's ``set_epoch``."""
     scheduler = StepSchedule(partial(warmup_cosine))
     records = {"store": "litdata", "records_dir": str(cache_dir / "gnn_chunks"), "num_workers": 1}
@@ -378,7 +378,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.models.glm_module import GLMRetrieverModule
 from glmrag.models.preemption import PreemptionCheckpoint
-from glmrag.models.subgraph_data import SubgraphDataModule
+from glmrag.datamodules.subgraph_data import SubgraphDataModule
 
 
 class Losses(Callback):

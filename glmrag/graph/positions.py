@@ -2,7 +2,7 @@
 
 :func:`graph_positions` expands a compact :class:`~glmrag.graph.levi.LeviLayout` into its ``(L, L)``
 relative positions and pair kinds (the rules are in :mod:`glmrag.graph.levi`). The collate
-(:class:`~glmrag.models.glm_inputs.GLMCollate`) pays this per question, so nothing loops in Python over
+(:class:`~glmrag.datamodules.glm_inputs.GLMCollate`) pays this per question, so nothing loops in Python over
 token pairs: each triple's token pairs come as flat arrays, one sort settles conflicts between triples,
 and the matrices are filled by flat index. Triple mode is here; path mode is
 :mod:`glmrag.graph.path_positions`. :data:`POSITION_CONFLICTS` says how a token pair that several triples

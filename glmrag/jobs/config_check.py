@@ -149,7 +149,7 @@ def check_datamodule(cfg: DictConfig) -> None:
 def check_model(cfg: DictConfig) -> None:
     """Every settings node of the model as its module builds it (:func:`check_model_settings`): the range
     rules live on the settings dataclasses (sizes and sanity bounds on :class:`~glmrag.nn.gnn.GNNConfig`,
-    budgets on :class:`~glmrag.models.glm_inputs.SubgraphSettings`, loss weights on
+    budgets on :class:`~glmrag.datamodules.glm_inputs.SubgraphSettings`, loss weights on
     :class:`~glmrag.models.retriever_module.LossWeights`, ...), written once there."""
     check_model_settings(cfg)
 

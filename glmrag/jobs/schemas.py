@@ -6,7 +6,7 @@ its settings dataclass: the same fields, types and defaults (the module's defaul
 GLM's loss weights), so composing fills in what the module would fill in. A whole ``model`` or ``datamodule``
 node has the schema of its class's constructor: a field per argument (``_target_`` first), typed with these
 twins where the argument is a settings node, and a DataModule's ``**questions`` are the fields of
-:class:`~glmrag.models.kg_datamodule.QuestionSettings`. ``model.prior`` stays free-form: null by default, it
+:class:`~glmrag.datamodules.kg_datamodule.QuestionSettings`. ``model.prior`` stays free-form: null by default, it
 would be an ``Optional`` twin, and OmegaConf 2.3 cannot merge a command line's ``model.prior={kind: ppr}`` into a
 typed null node (omry/omegaconf#1360; fixed in OmegaConf 2.4.0, which Hydra 1.3 does not accept: it requires
 omegaconf<2.4). The module's conversion refuses its unknown keys, in the config check before any work.
@@ -32,13 +32,13 @@ from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 
-from glmrag.models.glm_inputs import SubgraphSettings
+from glmrag.datamodules.glm_inputs import SubgraphSettings
+from glmrag.datamodules.gnn_datamodule import KGQADataModule
+from glmrag.datamodules.kg_datamodule import QuestionSettings
+from glmrag.datamodules.subgraph_data import SubgraphDataModule
 from glmrag.models.glm_module import GLM_LOSS, SUBGRAPH_FIELDS, GLMConfig, GLMRetrieverModule, LearningRates
-from glmrag.models.gnn_datamodule import KGQADataModule
 from glmrag.models.gnn_module import GNN_SUBGRAPH_FIELDS, GNNRetrieverModule, KGCSettings
-from glmrag.models.kg_datamodule import QuestionSettings
 from glmrag.models.retriever_module import Evaluation, LossWeights
-from glmrag.models.subgraph_data import SubgraphDataModule
 from glmrag.nn.gnn import GNNConfig
 
 GROUP = "schema"
@@ -100,7 +100,7 @@ def constructor_schema(
     """The schema of a config node that Hydra instantiates as ``cls``: ``_target_``, then a field per argument
     of ``cls.__init__`` with its default. ``nodes``: the schema of each settings argument; ``keywords``: the
     settings dataclass whose fields ``cls`` takes as its ``**kwargs`` (a DataModule's
-    :class:`~glmrag.models.kg_datamodule.QuestionSettings`). ``passed``: the arguments jobs pass at
+    :class:`~glmrag.datamodules.kg_datamodule.QuestionSettings`). ``passed``: the arguments jobs pass at
     instantiation, which no config sets (a module's ``kgs``; a SubgraphDataModule's ``subgraph``, the model's
     node), have no field."""
     nodes = nodes or {}

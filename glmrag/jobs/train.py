@@ -27,6 +27,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from glmrag.data.files import register_data
+from glmrag.datamodules.kg_datamodule import dataset_index_config
 from glmrag.eval import EvalResult
 from glmrag.eval.store import run_record, write_run
 from glmrag.index.embed import Embedder
@@ -38,7 +39,6 @@ from glmrag.jobs.launch import job_processes
 from glmrag.jobs.loggers import closing, log_evaluation
 from glmrag.jobs.run_folder import resume_checkpoint, resume_folder, run_folder_lock
 from glmrag.models.checkpointing import check_architecture, readable_checkpoint
-from glmrag.models.kg_datamodule import dataset_index_config
 
 log = logging.getLogger(__name__)
 

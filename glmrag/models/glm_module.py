@@ -1,7 +1,7 @@
 """The GLM retriever as a LightningModule (GLM-RAG, the project's main method).
 
 A :class:`~glmrag.nn.glm_retriever.GLMRetriever` scores the entity nodes of each question's budgeted
-subgraph (:mod:`glmrag.models.subgraph_data` streams them). Loss (GLM-RAG App. B, B.2): 0.56 x masked ListCE
+subgraph (:mod:`glmrag.datamodules.subgraph_data` streams them). Loss (GLM-RAG App. B, B.2): 0.56 x masked ListCE
 over the subgraph's entity nodes plus 0.44 x GFM-RAG's weighted BCE over the same nodes. Optimiser (Table 14):
 AdamW, lr 5e-4 for the head and 1e-4 for the T5 backbone. :meth:`GLMRetrieverModule.score` scatters the node
 logits over the KG's entities (``-inf`` outside the subgraph), and passages are ranked as the GNN ranks them
@@ -13,10 +13,10 @@ at zero: the untrained GLM ranks as the prior does, as the GNN with a prior does
 entity losses then read the fused logits of the subgraph's entity nodes, and ``loss.passage_weight`` adds the
 passage ListCE over the fused passage logits (with ``prior.dense_weight``: entity mass and dense cosine).
 
-Settings nodes: ``glm`` (:class:`GLMConfig`), ``subgraph`` (:class:`~glmrag.models.glm_inputs.SubgraphSettings`:
+Settings nodes: ``glm`` (:class:`GLMConfig`), ``subgraph`` (:class:`~glmrag.datamodules.glm_inputs.SubgraphSettings`:
 the DataModule must build the same, checked in ``setup``), ``loss``, ``lr`` (:class:`LearningRates`),
 ``evaluation`` and ``prior``. A step reads its batch and, for the ranking and a prior, each KG's index (and a dense
-term's passage embeddings) from the :class:`~glmrag.models.kg_source.KGSource` given as ``kgs`` (the DataModule in
+term's passage embeddings) from the :class:`~glmrag.datamodules.kg_source.KGSource` given as ``kgs`` (the DataModule in
 the training job). Three rules not in GLM-RAG follow the GLM authors' code (Plenz & Frank 2024), the
 old ones kept as options: ``subgraph.position_conflict``, ``subgraph.question_eos``, ``lr.buckets``
 (docs/fidelity.md).
@@ -36,10 +36,10 @@ from torch import nn
 from transformers import AutoConfig, MPNetConfig, T5Config
 
 from glmrag.data.types import Question
+from glmrag.datamodules.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
+from glmrag.datamodules.kg_source import KGSource, source_settings
 from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
 from glmrag.index.kg import KGIndex
-from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
-from glmrag.models.kg_source import KGSource, source_settings
 from glmrag.models.losses import gfm_rag_loss, passage_list_ce
 from glmrag.models.retriever_module import (
     Evaluation,
@@ -176,7 +176,7 @@ class GLMRetrieverModule(RetrieverModule):
         embed_model: sentence encoder of the question embeddings; checked against the KG source's settings.
         optimizer: ``params -> Optimizer`` (Hydra ``_partial_: true``) given two parameter groups with their
             lr; None: AdamW. scheduler: ``optimizer -> LRScheduler`` or None.
-        kgs: the :class:`~glmrag.models.kg_source.KGSource` the steps read each KG's index (and a dense prior's
+        kgs: the :class:`~glmrag.datamodules.kg_source.KGSource` the steps read each KG's index (and a dense prior's
             passage embeddings) from: the DataModule in the training job; not a hyper-parameter.
     """
 
@@ -286,8 +286,8 @@ class GLMRetrieverModule(RetrieverModule):
 
     def question_batch(self, questions: Sequence[Question], kg: str, question_emb: np.ndarray) -> dict[str, Any]:
         """The batch of ``questions`` as the SubgraphDataModule serves it: their records
-        (:func:`~glmrag.models.glm_inputs.question_record`, this module's subgraph settings and tokenizer)
-        padded by :class:`~glmrag.models.glm_inputs.GLMCollate`. Shapes: **question_emb** ``(Q, d)``."""
+        (:func:`~glmrag.datamodules.glm_inputs.question_record`, this module's subgraph settings and tokenizer)
+        padded by :class:`~glmrag.datamodules.glm_inputs.GLMCollate`. Shapes: **question_emb** ``(Q, d)``."""
         index = self.kg_source().index(kg)
         records = [
             question_record(index, q, kg, self.tokenizer, self.settings, emb)

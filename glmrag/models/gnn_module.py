@@ -7,7 +7,7 @@ defaults. The module takes typed settings nodes: ``gnn`` (:class:`~glmrag.nn.gnn
 ``loss``, ``kgc``, ``evaluation``. Validation ranks passages with
 :meth:`~glmrag.models.retriever_module.RetrieverModule.rank`, as a
 :class:`~glmrag.retrievers.checkpoint.CheckpointRetriever` of it does, so ``val/recall@2`` is what the evaluator
-scores. The KGs come from the :class:`~glmrag.models.kg_source.GraphSource` given as ``kgs`` (the training job
+scores. The KGs come from the :class:`~glmrag.datamodules.kg_source.GraphSource` given as ``kgs`` (the training job
 gives the DataModule: ``kgs.graph(kg)``, ``kgs.index(kg)``); nothing graph-sized is saved in a checkpoint. With
 ``subgraph.max_triplets`` set, each question reads only the subgraph the GLM reads (GLM-RAG §5.5, Table 3;
 :func:`question_subgraphs`), entities outside it get ``-inf``, and the loss is normalised over it (App. B.2).
@@ -27,13 +27,13 @@ import torch
 from torch import nn
 
 from glmrag.data.types import Question
+from glmrag.datamodules.glm_inputs import SubgraphSettings
+from glmrag.datamodules.gnn_batches import QACollate, QARecord
+from glmrag.datamodules.kg_source import GraphSource, source_settings
 from glmrag.graph.subgraph import MAX_HOPS, Subgraph, select_subgraph
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.io import load_checkpoint_dict, plain_container
-from glmrag.models.glm_inputs import SubgraphSettings
-from glmrag.models.gnn_batches import QACollate, QARecord
-from glmrag.models.kg_source import GraphSource, source_settings
 from glmrag.models.losses import gfm_rag_loss, passage_list_ce
 from glmrag.models.retriever_module import (
     Evaluation,
@@ -113,7 +113,7 @@ def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
 def question_subgraphs(index: KGIndex, question_ids: Sequence[str], settings: SubgraphSettings) -> list[Subgraph]:
     """Each question's budgeted subgraph, selected exactly as the GLM's records select it.
 
-    The call and its arguments are :func:`glmrag.models.glm_inputs.question_record`'s: the question's
+    The call and its arguments are :func:`glmrag.datamodules.glm_inputs.question_record`'s: the question's
     linked seeds, ``settings.max_hops``, ``settings.max_triplets`` and the BFS seed
     ``settings.bfs_seed(question_id)`` (GLM-RAG App. B.2).
     """
@@ -146,7 +146,7 @@ class GNNRetrieverModule(RetrieverModule):
             ``task="kgc"``); validation is QA retrieval in both.
         embed_model: sentence encoder of questions and relations; checked against the KG source's settings.
         init_from: a checkpoint of this module (e.g. the ``kgc`` stage) whose GNN weights start ``fit``.
-        kgs: the :class:`~glmrag.models.kg_source.GraphSource` the steps read each KG from (the DataModule in the
+        kgs: the :class:`~glmrag.datamodules.kg_source.GraphSource` the steps read each KG from (the DataModule in the
             training job); not a hyper-parameter. Needed by the steps, not by :meth:`forward`.
         optimizer: ``params -> Optimizer`` (Hydra ``_partial_: true``); None: AdamW lr 5e-4.
         scheduler: ``optimizer -> LRScheduler`` (``_partial_: true``), stepped per epoch on ``val/loss``; or None.
@@ -407,7 +407,7 @@ class GNNRetrieverModule(RetrieverModule):
         return [Scores(self.index(kg), list(range(len(logits))), logits.float().cpu().numpy(), passages)]
 
     def question_batch(self, questions: Sequence[Question], kg: str, question_emb: np.ndarray) -> dict[str, Any]:
-        """The QA batch of ``questions`` (:class:`~glmrag.models.gnn_batches.QACollate`, as in validation), without
+        """The QA batch of ``questions`` (:class:`~glmrag.datamodules.gnn_batches.QACollate`, as in validation), without
         target entities (:meth:`score` does not read them). Shapes: **question_emb** ``(Q, d)``."""
         emb = torch.from_numpy(np.asarray(question_emb, dtype=np.float32))  # (Q, d)
         records = [QARecord(kg, q.id, (), tuple(q.supporting), e) for q, e in zip(questions, emb, strict=True)]

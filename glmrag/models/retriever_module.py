@@ -37,6 +37,14 @@ from torch import nn
 from torchmetrics import MaxMetric, MeanMetric, Metric
 
 from glmrag.data.types import FINGERPRINT_VERSION, Question
+from glmrag.datamodules.kg_datamodule import settings_from
+from glmrag.datamodules.kg_source import KGSource
+from glmrag.datamodules.resumable import (
+    RANDOM_STREAMS_KEY,
+    load_pending_loader_state,
+    random_streams,
+    restore_random_streams,
+)
 from glmrag.index.kg import KGIndex
 from glmrag.index.ranking import DOC_RANKER_ENTITIES, RANKERS, Ranking, make_rankings, rank_passages, top_k_stable
 from glmrag.index.ranking_metrics import retrieval_metrics
@@ -48,14 +56,6 @@ from glmrag.models.checkpointing import (
     SEEN_VERSION_KEY,
     CheckpointLayoutError,
     check_layout,
-)
-from glmrag.models.kg_datamodule import settings_from
-from glmrag.models.kg_source import KGSource
-from glmrag.models.resumable import (
-    RANDOM_STREAMS_KEY,
-    load_pending_loader_state,
-    random_streams,
-    restore_random_streams,
 )
 from glmrag.nn.prior import PriorSettings
 
@@ -172,7 +172,7 @@ class Scores:
 class RetrieverModule(LightningModule, ABC):
     """Base class of the retriever modules; call :meth:`init_evaluation` in ``__init__``.
 
-    A subclass takes ``kgs``, the :class:`~glmrag.models.kg_source.KGSource` its steps read KGs from (not a
+    A subclass takes ``kgs``, the :class:`~glmrag.datamodules.kg_source.KGSource` its steps read KGs from (not a
     hyper-parameter), and keeps it in :attr:`kgs`; everything else a step needs is in its batch.
     """
 
@@ -354,7 +354,7 @@ class RetrieverModule(LightningModule, ABC):
         """A fit resumed from a checkpoint: the training loader starts at the saved batch (also when
         :meth:`configure_optimizers` had Lightning build it before the restore), and every rank takes back its
         random states of the saved step, so dropout draws what the uninterrupted run drew
-        (:mod:`glmrag.models.resumable`)."""
+        (:mod:`glmrag.datamodules.resumable`)."""
         load_pending_loader_state(self.trainer)
         streams, self._saved_streams = getattr(self, "_saved_streams", None), None
         if streams and self.trainer.ckpt_path:

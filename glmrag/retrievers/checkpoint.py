@@ -17,10 +17,10 @@ from dataclasses import replace
 import torch
 
 from glmrag.data.types import Corpus, Question
+from glmrag.datamodules.gnn_input_cache import cached_graph_inputs, cached_passage_embeddings, default_inputs_cache_dir
 from glmrag.index.embed import Embedder
 from glmrag.index.kg import KGIndex
 from glmrag.io import load_checkpoint_dict, local_checkpoint
-from glmrag.models.gnn_input_cache import cached_graph_inputs, cached_passage_embeddings, default_inputs_cache_dir
 from glmrag.models.retriever_module import saved_module_class
 from glmrag.nn.graph_inputs import GraphInputs
 from glmrag.retrievers.base import Ranking
@@ -43,7 +43,7 @@ def named_models(hparams: dict) -> dict[str, str]:
 
 
 class IndexKG:
-    """The KG source (:class:`~glmrag.models.kg_source.GraphSource`) of one index and its corpus, built as the
+    """The KG source (:class:`~glmrag.datamodules.kg_source.GraphSource`) of one index and its corpus, built as the
     DataModules build theirs: graph inputs by ``embed_model`` (with the entity embeddings when ``node_features``)
     cached in ``cache_dir``, passage embeddings in the dense retriever's cache."""
 

@@ -188,10 +188,10 @@ def test_unknown_rules_are_refused():
 def test_musique_graphs_at_600_triplets_equal_the_loop(index_config):
     """Every musique100 question's 600-triplet subgraph: ``nearest`` equals the loop implementation."""
     from glmrag.data.registry import load_dataset
+    from glmrag.datamodules.glm_inputs import SubgraphSettings, load_tokenizer
     from glmrag.graph.levi import layout_subgraph
     from glmrag.graph.subgraph import select_subgraph
     from glmrag.index.cache import get_index
-    from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer
 
     dataset = load_dataset("musique100")
     index = get_index(dataset, index_config())

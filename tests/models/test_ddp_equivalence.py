@@ -12,7 +12,7 @@ import lightning as L
 import pytest
 import torch
 
-from glmrag.models.gnn_datamodule import KGQADataModule
+from glmrag.datamodules.gnn_datamodule import KGQADataModule
 from glmrag.models.gnn_module import GNNRetrieverModule
 
 LIMIT = 8  # musique100: 8 training questions (2 global batches of 4), 8 validation questions
@@ -45,7 +45,7 @@ from functools import partial
 import lightning as L
 import torch
 
-from glmrag.models.gnn_datamodule import KGQADataModule
+from glmrag.datamodules.gnn_datamodule import KGQADataModule
 from glmrag.models.gnn_module import GNNRetrieverModule
 
 

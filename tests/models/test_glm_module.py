@@ -9,10 +9,10 @@ import lightning as L
 import pytest
 import torch
 
+from glmrag.datamodules.subgraph_data import SubgraphDataModule
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.models.glm_module import GLMRetrieverModule
 from glmrag.models.losses import gfm_rag_loss
-from glmrag.models.subgraph_data import SubgraphDataModule
 from glmrag.nn.glm_retriever import GLMInputs
 
 T5_TINY = {"d_model": 32, "d_ff": 64, "num_layers": 2, "num_heads": 4, "d_kv": 8, "dropout_rate": 0.0}

@@ -19,9 +19,9 @@ import torch
 from transformers import T5Config
 
 from glmrag.data.types import Question
+from glmrag.datamodules.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
 from glmrag.graph.levi import layout_triples
 from glmrag.index.embed import DEFAULT_MODEL
-from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
 from glmrag.models.glm_module import GLMRetrieverModule
 from glmrag.nn.glm import T5GLMEncoder
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from glmrag.models.gnn_datamodule import KGQADataModule
+from glmrag.datamodules.gnn_datamodule import KGQADataModule
 from glmrag.models.gnn_module import GNNRetrieverModule
 
 TINY = {"gnn": {"hidden_channels": 16, "num_layers": 2}}

@@ -12,13 +12,13 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from glmrag.data.types import Corpus, Passage
+from glmrag.datamodules.glm_inputs import SubgraphSettings, load_tokenizer, question_record
+from glmrag.datamodules.kg_source import StaticKGs
 from glmrag.graph.subgraph import select_subgraph
 from glmrag.index.embed import Embedder
 from glmrag.index.synthetic import random_kg, random_questions
 from glmrag.models.checkpointing import HPARAMS_LAYOUT, HPARAMS_LAYOUT_KEY
-from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer, question_record
 from glmrag.models.gnn_module import GNNRetrieverModule
-from glmrag.models.kg_source import StaticKGs
 from glmrag.models.losses import gfm_rag_loss
 from glmrag.models.retriever_module import MODULE_CLASS_KEY
 from glmrag.nn.graph_inputs import graph_inputs, seed_weights

@@ -7,9 +7,9 @@ import pytest
 import torch
 from stand_ins import HashEncoder, link_questions
 
+from glmrag.datamodules.kg_source import StaticKGs
 from glmrag.index.ranking import rank_passages
 from glmrag.models.gnn_module import GNNRetrieverModule, question_subgraphs, subgraph_batch
-from glmrag.models.kg_source import StaticKGs
 from glmrag.models.losses import gfm_rag_loss
 from glmrag.nn.graph_inputs import graph_inputs, seed_weights
 from glmrag.retrievers.ppr import PPRRetriever
@@ -68,7 +68,7 @@ def test_a_training_step_moves_the_correction_and_the_weight(random_graph):
 
 
 def test_restricted_subgraphs_keep_the_prior_outside(random_graph):
-    from glmrag.models.glm_inputs import SubgraphSettings
+    from glmrag.datamodules.glm_inputs import SubgraphSettings
 
     settings = {"max_triplets": 20, "max_hops": 2, "seed": 0}
     index, questions, model, graph, query, seeds = _setup(random_graph, SEED_SETS[:4], subgraph=settings)

@@ -1,4 +1,4 @@
-"""A module reads its batch and the KG source it is built with (glmrag/models/kg_source.py): its steps run on a
+"""A module reads its batch and the KG source it is built with (glmrag/datamodules/kg_source.py): its steps run on a
 hand-built batch of a tiny KG with no Trainer and nothing patched; the source is checked, and no checkpoint holds it.
 
 Untrained with a PPR prior, both modules score exactly the prior (their corrections start at zero), so the expected
@@ -18,13 +18,13 @@ from stand_ins import HashEncoder, link_questions
 from test_glm_module import T5_TINY
 from torch.utils.data import DataLoader
 
+from glmrag.datamodules.glm_inputs import GLMCollate, load_tokenizer, question_record
+from glmrag.datamodules.kg_source import GraphSource, StaticKGs
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.ranking import top_k_stable
 from glmrag.index.ranking_metrics import retrieval_metrics
-from glmrag.models.glm_inputs import GLMCollate, load_tokenizer, question_record
 from glmrag.models.glm_module import GLMRetrieverModule
 from glmrag.models.gnn_module import GNNRetrieverModule
-from glmrag.models.kg_source import GraphSource, StaticKGs
 from glmrag.models.losses import gfm_rag_loss, passage_list_ce
 from glmrag.nn.graph_inputs import graph_inputs, seed_weights
 from glmrag.nn.prior import LOG_FLOOR, MASS_FLOOR
@@ -80,7 +80,7 @@ def expected_recall(index, questions, passage_scores: torch.Tensor, k: int = 2) 
 
 
 def gnn_batch(kgs: StaticKGs, questions) -> dict:
-    """A batch as :class:`~glmrag.models.gnn_batches.QACollate` makes it: targets are the gold passages' entities."""
+    """A batch as :class:`~glmrag.datamodules.gnn_batches.QACollate` makes it: the gold passages' entities."""
     index, ids = kgs.index(KG), [q.id for q in questions]
     target = torch.zeros(len(ids), index.num_entities)
     for row, q in enumerate(questions):
@@ -109,7 +109,8 @@ def glm_module(kgs=None, **overrides) -> GLMRetrieverModule:
 
 
 def glm_batch(model: GLMRetrieverModule, kgs: StaticKGs, questions) -> dict:
-    """The questions' subgraph records collated as :class:`~glmrag.models.subgraph_data.SubgraphDataModule` does."""
+    """The questions' subgraph records collated as
+    :class:`~glmrag.datamodules.subgraph_data.SubgraphDataModule` collates them."""
     settings, tokenizer = model.subgraph_settings(), load_tokenizer(DEFAULT_MODEL)
     question_emb = HashEncoder(DIM).encode([q.question for q in questions])  # (B, d)
     records = [

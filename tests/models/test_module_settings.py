@@ -9,6 +9,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from glmrag.datamodules.glm_inputs import SubgraphSettings
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.jobs.config_check import ConfigError, validate_train_config
 from glmrag.models.checkpointing import (
@@ -16,7 +17,6 @@ from glmrag.models.checkpointing import (
     HPARAMS_LAYOUT_KEY,
     CheckpointLayoutError,
 )
-from glmrag.models.glm_inputs import SubgraphSettings
 from glmrag.models.glm_module import GLM_LOSS, GLMConfig, GLMRetrieverModule, LearningRates
 from glmrag.models.gnn_module import GNNRetrieverModule, KGCSettings
 from glmrag.models.retriever_module import Evaluation, LossWeights

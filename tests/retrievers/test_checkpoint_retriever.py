@@ -12,9 +12,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import OmegaConf
 
 from glmrag.data.registry import load_dataset
+from glmrag.datamodules.gnn_datamodule import KGQADataModule
 from glmrag.eval.evaluator import evaluate
 from glmrag.index.cache import get_index
-from glmrag.models.gnn_datamodule import KGQADataModule
 from glmrag.models.gnn_module import GNNRetrieverModule
 from glmrag.retrievers.base import Retriever
 from glmrag.retrievers.checkpoint import CheckpointRetriever

@@ -7,8 +7,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from glmrag.models.gnn_datamodule import KGQADataModule
-from glmrag.models.subgraph_data import SubgraphDataModule
+from glmrag.datamodules.gnn_datamodule import KGQADataModule
+from glmrag.datamodules.subgraph_data import SubgraphDataModule
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ("root", "train_split", "val_split", "test_split", "limit", "train_fraction", "seed", "embed_model")
@@ -45,7 +45,7 @@ def test_defaults_and_a_misspelled_key(cls):
 
 
 def test_the_shared_base_is_abstract_and_a_subclass_must_build_its_loaders():
-    from glmrag.models.kg_datamodule import KGDataModule
+    from glmrag.datamodules.kg_datamodule import KGDataModule
 
     with pytest.raises(TypeError, match="abstract method _loader"):
         KGDataModule(datasets=["musique100"], index={})

@@ -1,4 +1,4 @@
-"""LitData chunks (glmrag.models.chunk_records): written by LitData's writer, streamed by RankStream from a
+"""LitData chunks (glmrag.datamodules.chunk_records): written by LitData's writer, streamed by RankStream from a
 folder or an S3-compatible server, every record exactly once per epoch across 2 ranks x 2 DataLoader workers."""
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from glmrag.datamodules.chunk_records import ChunkShards, chunk_list, decode, encode, write_chunks
+from glmrag.datamodules.shard_stream import RankStream, StreamBatchSampler
+from glmrag.datamodules.subgraph_data import SubgraphDataModule, write_chunk_split
 from glmrag.index.synthetic import random_kg
-from glmrag.models.chunk_records import ChunkShards, chunk_list, decode, encode, write_chunks
-from glmrag.models.shard_stream import RankStream, StreamBatchSampler
-from glmrag.models.subgraph_data import SubgraphDataModule, write_chunk_split
-from tests.models.test_subgraph_data import make_dm, synthetic_records, tok  # noqa: F401 (tok: a fixture)
+from tests.datamodules.test_subgraph_data import make_dm, synthetic_records, tok  # noqa: F401 (tok: a fixture)
 
 pytestmark = pytest.mark.usefixtures("glmrag_cache")
 COUNT = 23  # not a multiple of the chunk size, the batch size or the 4 parts of 2 ranks x 2 workers
@@ -157,8 +157,8 @@ DDP_SCRIPT = """
 import json, os, sys
 import torch.distributed as dist
 from torch.utils.data import DataLoader
-from glmrag.models.chunk_records import ChunkShards
-from glmrag.models.shard_stream import RankStream, StreamBatchSampler
+from glmrag.datamodules.chunk_records import ChunkShards
+from glmrag.datamodules.shard_stream import RankStream, StreamBatchSampler
 
 rank, folder, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 dist.init_process_group("gloo", rank=rank, world_size=2)  # LitData reads the world from the process group

@@ -1,7 +1,7 @@
 """Records of the GNN DataModule and the collates that turn a local batch of them into a batch dict.
 
 :class:`QACollate` makes the question batches of
-:class:`~glmrag.models.gnn_datamodule.KGQADataModule` (its module docstring is the batch contract),
+:class:`~glmrag.datamodules.gnn_datamodule.KGQADataModule` (its module docstring is the batch contract),
 :class:`KGCCollate` the triple batches of KG-completion pretraining.
 """
 
@@ -62,7 +62,7 @@ class LocalBatches(torch.utils.data.Dataset):
 
 class ChunkBatches(torch.utils.data.Dataset):
     """:class:`LocalBatches` over question records stored as LitData chunks (``store=litdata``): a local batch
-    is read row by row from ``shards`` (:class:`~glmrag.models.chunk_records.ChunkShards`), whose shard ``i``
+    is read row by row from ``shards`` (:class:`~glmrag.datamodules.chunk_records.ChunkShards`), whose shard ``i``
     holds records ``first[i]:first[i] + counts[i]`` of the split."""
 
     def __init__(self, shards: Any) -> None:

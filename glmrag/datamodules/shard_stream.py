@@ -3,8 +3,8 @@
 :class:`RankStream` cuts an epoch's records into one contiguous part per (rank, DataLoader worker), so
 each worker reads only its own shards; :class:`StreamBatchSampler` hands the epoch to (persistent)
 workers. Every reader yields the same number of batches, or DDP would hang at the epoch's end. The shards
-are LitData chunks in a local folder or object storage (:class:`~glmrag.models.chunk_records.ChunkShards`);
-:mod:`glmrag.models.subgraph_data` writes them and builds the loaders.
+are LitData chunks in a local folder or object storage (:class:`~glmrag.datamodules.chunk_records.ChunkShards`);
+:mod:`glmrag.datamodules.subgraph_data` writes them and builds the loaders.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ import numpy as np
 import torch
 from torch.utils.data import DistributedSampler
 
-from glmrag.models.resumable import ResumableSampler
+from glmrag.datamodules.resumable import ResumableSampler
 
 
 class RankStream(torch.utils.data.Dataset):
     """The batches of one rank over record shards: ``stream[(epoch, b)]`` -> list of records (batch ``b``).
 
     ``shards`` holds ``shards.counts[i]`` records in shard ``i`` and reads records ``start:stop`` of shard ``i``
-    in their stored order as ``shards.rows(i, start, stop)`` (:class:`~glmrag.models.chunk_records.ChunkShards`).
+    in their stored order as ``shards.rows(i, start, stop)`` (:class:`~glmrag.datamodules.chunk_records.ChunkShards`).
     Each epoch the shards are ordered (shuffled per epoch when ``shuffle``) and their records, in that
     order, cut into ``world_size x readers`` contiguous parts of sizes differing by at most one. Rank
     ``r`` owns parts ``r * readers + w`` (``w < readers``, one per DataLoader worker), and reader ``w``
@@ -144,7 +144,7 @@ class StreamBatchSampler(ResumableSampler, DistributedSampler):
 
     It carries the epoch to the (possibly persistent) workers. It subclasses DistributedSampler so
     that Lightning neither replaces nor wraps it under DDP and calls its ``set_epoch`` every epoch. A
-    resumed pass starts at the saved batch (:class:`~glmrag.models.resumable.ResumableSampler`); the
+    resumed pass starts at the saved batch (:class:`~glmrag.datamodules.resumable.ResumableSampler`); the
     stream reads the skipped batches' records without collating them.
     """
 

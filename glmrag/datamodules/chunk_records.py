@@ -9,11 +9,11 @@ that large: :func:`write_chunks` adds each chunk file's SHA-256 to ``index.json`
 checks a chunk file against it before the chunk's first record is decoded in a process.
 
 Which records a rank and a DataLoader worker read stays with
-:class:`~glmrag.models.shard_stream.RankStream`, the chunks being its shards. LitData's own sampler is not
+:class:`~glmrag.datamodules.shard_stream.RankStream`, the chunks being its shards. LitData's own sampler is not
 used: in a distributed run it forces ``drop_last`` (its docstring: "set to True in a distributed setting"),
 so the last records of every epoch go unseen, whereas RankStream gives every record exactly once per epoch,
 equal batch counts on every rank (pads, ``real=False``) and the exact mid-epoch resume of
-:mod:`glmrag.models.resumable`.
+:mod:`glmrag.datamodules.resumable`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def encode(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def decode(item: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored record back as :func:`~glmrag.models.glm_inputs.question_record` made it."""
+    """A stored record back as :func:`~glmrag.datamodules.glm_inputs.question_record` made it."""
     return {**item, **{name: json.loads(item[name]) for name in JSON_FIELDS if name in item}}
 
 
@@ -123,7 +123,7 @@ def chunk_list(folder: str | Path) -> list[dict[str, Any]]:
 
 
 class ChunkShards:
-    """:class:`~glmrag.models.shard_stream.Shards` over the LitData chunk folders or URLs ``locations``, in
+    """:class:`~glmrag.datamodules.shard_stream.Shards` over the LitData chunk folders or URLs ``locations``, in
     order: shard ``i`` is the ``i``-th chunk of them all.
 
     ``storage_options`` go to LitData's client (for S3, boto3's: ``endpoint_url`` for an S3-compatible

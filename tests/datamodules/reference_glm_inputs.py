@@ -11,9 +11,9 @@ import math
 import numpy as np
 import torch
 
+from glmrag.datamodules.glm_inputs import record_layout
 from glmrag.graph.levi import LeviLayout
 from glmrag.graph.positions import _triple_cells, _within_node_cells
-from glmrag.models.glm_inputs import record_layout
 
 
 def old_layout_subgraph(index, subgraph, tokenizer, question, eos) -> LeviLayout:

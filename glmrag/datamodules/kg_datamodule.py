@@ -1,7 +1,7 @@
 """What the DataModules over KG-indexed datasets share: the arguments, the indexes, the split questions.
 
-:class:`~glmrag.models.gnn_datamodule.KGQADataModule` (the GNN's whole-KG batches) and
-:class:`~glmrag.models.subgraph_data.SubgraphDataModule` (the GLM's subgraph records) both extend
+:class:`~glmrag.datamodules.gnn_datamodule.KGQADataModule` (the GNN's whole-KG batches) and
+:class:`~glmrag.datamodules.subgraph_data.SubgraphDataModule` (the GLM's subgraph records) both extend
 :class:`KGDataModule`.
 """
 
@@ -19,10 +19,10 @@ from torch.utils.data import DataLoader
 from glmrag.data import registry
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import Corpus, Question, question_fingerprint
+from glmrag.datamodules.train_fraction import check_train_fraction, fraction_of
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.io import plain_container
-from glmrag.models.train_fraction import check_train_fraction, fraction_of
 
 
 def dataset_index_config(index_cfg: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -39,8 +39,8 @@ def dataset_index_config(index_cfg: Mapping[str, Any], name: str) -> dict[str, A
 class QuestionSettings:
     """Which questions of the datasets a DataModule reads: the keyword arguments both DataModules share.
 
-    :class:`~glmrag.models.gnn_datamodule.KGQADataModule` and
-    :class:`~glmrag.models.subgraph_data.SubgraphDataModule` take these as keyword arguments (flat, as the
+    :class:`~glmrag.datamodules.gnn_datamodule.KGQADataModule` and
+    :class:`~glmrag.datamodules.subgraph_data.SubgraphDataModule` take these as keyword arguments (flat, as the
     ``configs/datamodule/*.yaml`` keys), next to their own ``datasets`` and ``index``.
     """
 
@@ -56,7 +56,7 @@ class QuestionSettings:
     """Keep the first ``limit`` questions of each split of each dataset (None: all)."""
     train_fraction: float = 1.0
     """Train on this share in (0, 1] of the training questions of each dataset, drawn with ``seed`` and nested
-    across fractions (GLM-RAG App. C, Fig. 7 data scaling; :func:`~glmrag.models.train_fraction.fraction_of`)."""
+    across fractions (GLM-RAG App. C, Fig. 7 data scaling; :func:`~glmrag.datamodules.train_fraction.fraction_of`)."""
     seed: int = 0
     """Seed of the training-question draw and of the shuffling (the order also depends on the epoch)."""
     embed_model: str = DEFAULT_MODEL
@@ -102,7 +102,7 @@ class KGDataModule(LightningDataModule, ABC):
     A subclass takes ``datasets``, ``index`` and the :class:`QuestionSettings` as keyword arguments, calls
     :meth:`plain_arguments` on them before ``save_hyperparameters`` (so its hyper-parameters hold every
     setting flat, as the config does) and
-    :meth:`set_device_batch_size` in ``setup``. A DataModule is the :class:`~glmrag.models.kg_source.KGSource`
+    :meth:`set_device_batch_size` in ``setup``. A DataModule is the :class:`~glmrag.datamodules.kg_source.KGSource`
     the module is built with (``kgs=datamodule``): its steps read ``index(kg)`` and ``passage_embeddings(kg)``.
     """
 
@@ -144,7 +144,7 @@ class KGDataModule(LightningDataModule, ABC):
         prior term (:mod:`glmrag.nn.prior`); embedded (or read from the embeddings cache) on first use."""
         # Imported here: the embeddings cache reaches the index builder (spaCy), which a GPU machine that only
         # trains need not have (benchmarks/gpu_check.sh imports the modules without it).
-        from glmrag.models.gnn_input_cache import cached_passage_embeddings
+        from glmrag.datamodules.gnn_input_cache import cached_passage_embeddings
 
         if kg not in self._passage_emb:
             self._passage_emb[kg] = cached_passage_embeddings(

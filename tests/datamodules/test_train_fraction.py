@@ -12,11 +12,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from glmrag.data.registry import load_dataset
+from glmrag.datamodules.gnn_datamodule import KGQADataModule
+from glmrag.datamodules.subgraph_data import SubgraphDataModule
+from glmrag.datamodules.train_fraction import check_train_fraction, fraction_of
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.jobs.common import instantiate_datamodule
-from glmrag.models.gnn_datamodule import KGQADataModule
-from glmrag.models.subgraph_data import SubgraphDataModule
-from glmrag.models.train_fraction import check_train_fraction, fraction_of
 
 ROOT = Path(__file__).resolve().parents[2]
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # configs/experiment/study_data_scaling.yaml

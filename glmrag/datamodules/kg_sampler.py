@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from torch.utils.data import DistributedSampler
 
-from glmrag.models.resumable import ResumableSampler
+from glmrag.datamodules.resumable import ResumableSampler
 
 
 class KGBatchSampler(ResumableSampler, DistributedSampler):
@@ -35,7 +35,7 @@ class KGBatchSampler(ResumableSampler, DistributedSampler):
     It subclasses :class:`~torch.utils.data.DistributedSampler` (whose
     ``set_epoch`` it inherits) because Lightning then neither replaces it nor
     wraps it under DDP, and still calls ``set_epoch`` every epoch. A resumed pass starts at the saved
-    batch (:class:`~glmrag.models.resumable.ResumableSampler`).
+    batch (:class:`~glmrag.datamodules.resumable.ResumableSampler`).
     """
 
     def __init__(

@@ -3,8 +3,8 @@
 A batch names its KG (``batch["kg"]``) and carries the per-question tensors; the KG-sized objects a step
 also needs (the index, the GNN's graph tensors, the passage embeddings of a dense prior term) come from a
 :class:`KGSource` given to the module at construction (``GNNRetrieverModule(..., kgs=source)``), never from
-``trainer.datamodule``. The DataModules are KG sources (:class:`~glmrag.models.kg_datamodule.KGDataModule`,
-:class:`~glmrag.models.gnn_datamodule.KGQADataModule`), so the training job builds the module with
+``trainer.datamodule``. The DataModules are KG sources (:class:`~glmrag.datamodules.kg_datamodule.KGDataModule`,
+:class:`~glmrag.datamodules.gnn_datamodule.KGQADataModule`), so the training job builds the module with
 ``kgs=datamodule``; a test can give a :class:`StaticKGs` of small indexes and call a step with no Trainer.
 The source is not a hyper-parameter: a checkpoint does not hold it, and ``load_from_checkpoint(path,
 kgs=source)`` gives it again.

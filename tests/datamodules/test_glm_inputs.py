@@ -8,10 +8,7 @@ import pytest
 import torch
 
 from glmrag.data.types import Question
-from glmrag.graph.levi import graph_positions, layout_subgraph, linearise_subgraph
-from glmrag.graph.subgraph import select_subgraph
-from glmrag.index.embed import DEFAULT_MODEL
-from glmrag.models.glm_inputs import (
+from glmrag.datamodules.glm_inputs import (
     RECORD_SCHEMA,
     GLMCollate,
     SubgraphSettings,
@@ -20,6 +17,9 @@ from glmrag.models.glm_inputs import (
     record_layout,
     record_schema,
 )
+from glmrag.graph.levi import graph_positions, layout_subgraph, linearise_subgraph
+from glmrag.graph.subgraph import select_subgraph
+from glmrag.index.embed import DEFAULT_MODEL
 
 # MiniLM word pieces: "who is e0" -> who [2040] is [2003] e [1041] ##0 [2692]
 EMB = np.linspace(-1, 1, 384, dtype=np.float32)

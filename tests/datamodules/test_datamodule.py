@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from glmrag.data.registry import load_dataset
-from glmrag.models.gnn_datamodule import KGQADataModule
-from glmrag.models.kg_sampler import KGBatchSampler
+from glmrag.datamodules.gnn_datamodule import KGQADataModule
+from glmrag.datamodules.kg_sampler import KGBatchSampler
 
 GROUPS = [list(range(7)), list(range(7, 10))]  # two KGs: 7 and 3 items
 MUSIQUE = "musique_tiny"  # a few dozen musique100 passages (tests/conftest.py), registered by its fixture

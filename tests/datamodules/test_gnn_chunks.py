@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from glmrag.models.chunk_records import chunk_list
-from glmrag.models.gnn_datamodule import KGQADataModule
-from tests.models.test_chunk_records import s3_server, upload  # noqa: F401 (s3_server: a fixture)
+from glmrag.datamodules.chunk_records import chunk_list
+from glmrag.datamodules.gnn_datamodule import KGQADataModule
+from tests.datamodules.test_chunk_records import s3_server, upload  # noqa: F401 (s3_server: a fixture)
 
 pytestmark = pytest.mark.usefixtures("glmrag_cache", "tiny_musique")
 

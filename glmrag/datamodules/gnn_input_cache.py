@@ -1,6 +1,6 @@
 """GNN inputs (relation features, question embeddings), cached on disk next to the indexes.
 
-:class:`~glmrag.models.gnn_datamodule.KGQADataModule` and the GNN checkpoint retriever
+:class:`~glmrag.datamodules.gnn_datamodule.KGQADataModule` and the GNN checkpoint retriever
 (:mod:`glmrag.retrievers.checkpoint`) share these files, keyed by what built them.
 """
 
@@ -38,7 +38,7 @@ def _key(*parts: Any) -> str:
 def _load_or_compute(path: Path | None, compute) -> dict[str, Any]:
     """``compute()`` (a dict of tensors, lists, numbers), read from ``path`` when there and intact, else written there.
 
-    A damaged file (truncated, edited, of the old unchecked format) fails its checksum and is rebuilt with a
+    A damaged file (truncated, edited, or without the checksum header) fails its checksum and is rebuilt with a
     warning naming it (:func:`glmrag.io.load_cached_tensors`); it is loaded weights-only, so it cannot run code.
     """
     if path is not None:

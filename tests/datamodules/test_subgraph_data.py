@@ -13,15 +13,15 @@ from omegaconf import OmegaConf
 
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import Question
+from glmrag.datamodules.chunk_records import INDEX, ChunkShards
+from glmrag.datamodules.glm_inputs import SubgraphSettings, load_tokenizer, question_record
+from glmrag.datamodules.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
+from glmrag.datamodules.shard_stream import RankStream, StreamBatchSampler
+from glmrag.datamodules.subgraph_data import META, SubgraphDataModule, read_meta, write_chunk_split
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import EntityLink
 from glmrag.index.synthetic import random_kg
 from glmrag.jobs.common import instantiate_datamodule
-from glmrag.models.chunk_records import INDEX, ChunkShards
-from glmrag.models.glm_inputs import SubgraphSettings, load_tokenizer, question_record
-from glmrag.models.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
-from glmrag.models.shard_stream import RankStream, StreamBatchSampler
-from glmrag.models.subgraph_data import META, SubgraphDataModule, read_meta, write_chunk_split
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 9

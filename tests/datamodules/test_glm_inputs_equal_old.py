@@ -13,11 +13,7 @@ from reference_glm_inputs import old_collate, old_layout_subgraph, old_triple_po
 from transformers import T5Config
 
 from glmrag.data.types import Question
-from glmrag.graph.subgraph import select_subgraph
-from glmrag.index.embed import DEFAULT_MODEL
-from glmrag.index.kg import EntityLink
-from glmrag.index.synthetic import random_kg
-from glmrag.models.glm_inputs import (
+from glmrag.datamodules.glm_inputs import (
     GLMCollate,
     SubgraphSettings,
     load_tokenizer,
@@ -25,6 +21,10 @@ from glmrag.models.glm_inputs import (
     question_record,
     record_layout,
 )
+from glmrag.graph.subgraph import select_subgraph
+from glmrag.index.embed import DEFAULT_MODEL
+from glmrag.index.kg import EntityLink
+from glmrag.index.synthetic import random_kg
 from glmrag.nn.glm import T5GLMEncoder
 from glmrag.nn.glm_retriever import GLMInputs, GLMRetriever
 

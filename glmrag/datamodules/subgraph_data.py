@@ -1,12 +1,12 @@
 """Question subgraphs for the GLM retriever, tokenised once into LitData chunks and streamed per epoch.
 
-:class:`SubgraphDataModule` serves the batches of :class:`~glmrag.models.glm_inputs.GLMCollate` (the batch
+:class:`SubgraphDataModule` serves the batches of :class:`~glmrag.datamodules.glm_inputs.GLMCollate` (the batch
 contract). The GLM reads one budgeted subgraph per question, so a batch may mix KGs. ``prepare_data``
 writes each dataset's split once as LitData chunks + ``meta.json`` into ``<cache_dir>/<key>/<dataset>/<split>``
 (:func:`write_chunk_split`; ``key`` from :func:`split_key`); a folder without ``meta.json`` is rebuilt, never
 read. ``setup`` loads the KG indexes (held in memory by every process) and the ``meta.json`` files;
-:mod:`glmrag.models.shard_stream` streams the records per rank and worker, from ``cache_dir`` or from object
-storage (``records_url``; :mod:`glmrag.models.chunk_records`). ``precompute`` stores the ``(L, L)``
+:mod:`glmrag.datamodules.shard_stream` streams the records per rank and worker, from ``cache_dir`` or from object
+storage (``records_url``; :mod:`glmrag.datamodules.chunk_records`). ``precompute`` stores the ``(L, L)``
 positions in the chunks instead of expanding them per batch.
 ``batch_size`` is the GLOBAL batch (GLM-RAG Table 14), split evenly over devices.
 """
@@ -27,17 +27,17 @@ from torch.utils.data import DataLoader
 
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import Dataset, Question
+from glmrag.datamodules.chunk_records import ChunkShards, open_splits, split_location, write_chunks
+from glmrag.datamodules.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
+from glmrag.datamodules.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
+from glmrag.datamodules.kg_datamodule import KGDataModule, check_counts, settings_from
+from glmrag.datamodules.resumable import ResumableLoader, trained_batches
+from glmrag.datamodules.shard_stream import RankStream, StreamBatchSampler
 from glmrag.index.cache import get_index
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.index.store import content_manifest
 from glmrag.io import atomic_write_text, cache_root, plain_container, temporary_sibling
-from glmrag.models.chunk_records import ChunkShards, open_splits, split_location, write_chunks
-from glmrag.models.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
-from glmrag.models.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
-from glmrag.models.kg_datamodule import KGDataModule, check_counts, settings_from
-from glmrag.models.resumable import ResumableLoader, trained_batches
-from glmrag.models.shard_stream import RankStream, StreamBatchSampler
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def write_chunk_split(
     stats: bool = True,
 ) -> dict:
     """Write records ``make(0)``, ..., ``make(count - 1)`` as LitData chunks of ``chunk_size`` into ``folder``
-    with LitData's writer in ``workers`` processes (:func:`~glmrag.models.chunk_records.write_chunks`), then
+    with LitData's writer in ``workers`` processes (:func:`~glmrag.datamodules.chunk_records.write_chunks`), then
     ``meta.json`` (:func:`publish_split`; ``shards`` are the chunks, ``stats`` of GLM records when ``stats``,
     none for the GNN's question records). The folder appears under its final name only complete."""
     folder, tmp = Path(folder), temporary_sibling(folder)
@@ -176,12 +176,12 @@ class SubgraphDataModule(KGDataModule):
     """GLM inputs of one or several KG-indexed datasets, streamed from cached chunks (module docstring).
 
     Args:
-        datasets, index: as :class:`~glmrag.models.gnn_datamodule.KGQADataModule`.
+        datasets, index: as :class:`~glmrag.datamodules.gnn_datamodule.KGQADataModule`.
         num_workers: DataLoader workers per process; None: from the cores (:attr:`num_workers`).
         batch_size: GLOBAL batch size, split evenly over devices (GLM-RAG Table 14: 2).
         tokenizer: the GLM's tokenizer: a hub name, a folder, or an ``offline:`` model; must match the module's.
         subgraph: how each question's subgraph is built: the model's settings (``model.subgraph``; jobs pass
-            it), the fields of :class:`~glmrag.models.glm_inputs.SubgraphSettings` but ``precompute``
+            it), the fields of :class:`~glmrag.datamodules.glm_inputs.SubgraphSettings` but ``precompute``
             (``max_hops``, ``max_triplets``, ``layout``, ``use_text``, ``position_mode``, ``seed``,
             ``question_eos``, ``position_conflict``) as a mapping, missing ones at their defaults.
         precompute: store each record's ``(L, L)`` positions in the chunks (False: the collate computes them).
@@ -194,7 +194,7 @@ class SubgraphDataModule(KGDataModule):
             ``cache_dir`` there, e.g. ``aws s3 sync``; docs/clusters.md).
         storage_options: LitData's client options for ``records_url`` (for S3: boto3's, e.g. ``endpoint_url``).
         write_workers: processes of LitData's writer (each ends on a chunk of its own).
-        questions: the fields of :class:`~glmrag.models.kg_datamodule.QuestionSettings` (root, train_split,
+        questions: the fields of :class:`~glmrag.datamodules.kg_datamodule.QuestionSettings` (root, train_split,
             val_split, test_split, limit, train_fraction, seed, embed_model), as keyword arguments.
     """
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from glmrag.data.types import Question
+from glmrag.datamodules import gnn_input_cache
+from glmrag.datamodules.gnn_input_cache import cached_question_embeddings
 from glmrag.io import CACHE_MAGIC, CacheError, read_cache_tensors, write_cache_tensors
-from glmrag.models import gnn_input_cache
-from glmrag.models.gnn_input_cache import cached_question_embeddings
 
 QUESTIONS = [Question(f"q{i}", f"question number {i}?", answers=("a",), supporting=()) for i in range(3)]
 

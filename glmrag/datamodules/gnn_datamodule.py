@@ -17,20 +17,20 @@ shares it, and serves batches of one KG each:
 With ``task="kgc"`` the training batches are instead triples of one KG
 (``kg``, ``triples`` (B, 3) long, ``real``), for GFM-RAG's KG-completion pretraining.
 
-Hand-over: this DataModule is a :class:`~glmrag.models.kg_source.GraphSource`; the module is built with
+Hand-over: this DataModule is a :class:`~glmrag.datamodules.kg_source.GraphSource`; the module is built with
 ``kgs=datamodule`` and reads ``graph(kg)`` and ``index(kg)`` from it in its steps; both exist after this
 DataModule's ``setup``.
 
 Storage: by default (``store=memory``) each process builds its question records from the index in
 ``setup``. With ``store=litdata`` the records of every question split (with their question embeddings) are
-written once as LitData chunks (:mod:`glmrag.models.chunk_records`, by LitData's parallel writer) into
+written once as LitData chunks (:mod:`glmrag.datamodules.chunk_records`, by LitData's parallel writer) into
 ``$GLMRAG_CACHE_DIR/gnn_chunks`` and read row by row by each rank and DataLoader worker, from that folder or
 from object storage (``records_url``). The graph of each KG and the KG-completion triples stay in memory:
 they are per KG, not per question.
 
 Distributed training: ``batch_size`` is the GLOBAL batch, cut into per-rank slices by
-:class:`~glmrag.models.kg_sampler.KGBatchSampler`. Records and collates live in
-:mod:`glmrag.models.gnn_batches`, the cached GNN inputs in :mod:`glmrag.models.gnn_input_cache`.
+:class:`~glmrag.datamodules.kg_sampler.KGBatchSampler`. Records and collates live in
+:mod:`glmrag.datamodules.gnn_batches`, the cached GNN inputs in :mod:`glmrag.datamodules.gnn_input_cache`.
 """
 
 from __future__ import annotations
@@ -47,21 +47,21 @@ from torch.utils.data import DataLoader
 
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import Question
-from glmrag.index.cache import get_index
-from glmrag.index.kg import KGIndex
-from glmrag.index.store import content_manifest
-from glmrag.io import cache_root, plain_container
-from glmrag.models.chunk_records import open_splits, split_location
-from glmrag.models.gnn_batches import ChunkBatches, KGCCollate, LocalBatches, QACollate, QARecord, TripleRecord
-from glmrag.models.gnn_input_cache import (
+from glmrag.datamodules.chunk_records import open_splits, split_location
+from glmrag.datamodules.gnn_batches import ChunkBatches, KGCCollate, LocalBatches, QACollate, QARecord, TripleRecord
+from glmrag.datamodules.gnn_input_cache import (
     cached_graph_inputs,
     cached_question_embeddings,
     default_inputs_cache_dir,
 )
-from glmrag.models.kg_datamodule import KGDataModule, check_counts
-from glmrag.models.kg_sampler import KGBatchSampler
-from glmrag.models.resumable import ResumableLoader, trained_batches
-from glmrag.models.subgraph_data import read_meta, write_chunk_split
+from glmrag.datamodules.kg_datamodule import KGDataModule, check_counts
+from glmrag.datamodules.kg_sampler import KGBatchSampler
+from glmrag.datamodules.resumable import ResumableLoader, trained_batches
+from glmrag.datamodules.subgraph_data import read_meta, write_chunk_split
+from glmrag.index.cache import get_index
+from glmrag.index.kg import KGIndex
+from glmrag.index.store import content_manifest
+from glmrag.io import cache_root, plain_container
 from glmrag.nn.graph_inputs import GraphInputs
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class KGQADataModule(KGDataModule):
         records_url: read the chunk splits from this URL (e.g. ``s3://bucket/gnn_chunks``, a copy of
             ``records_dir``) instead; ``storage_options`` go to LitData's client (S3: ``endpoint_url``, ...).
         chunk_size: records per chunk; write_workers: processes of LitData's writer.
-        questions: the fields of :class:`~glmrag.models.kg_datamodule.QuestionSettings` (root, train_split,
+        questions: the fields of :class:`~glmrag.datamodules.kg_datamodule.QuestionSettings` (root, train_split,
             val_split, test_split, limit, train_fraction, seed, embed_model), as keyword arguments;
             ``embed_model`` also embeds the relation names.
     """
