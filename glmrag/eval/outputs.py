@@ -4,9 +4,8 @@
 and the evaluation job's, :meth:`~glmrag.eval.result.EvalResult.settings_json`), the ``warnings`` printed above
 the table, the overall means with CIs, breakdowns, significance against the reference, and a ``headline``:
 per system Recall@2/@5 with the share of questions on which each LLM decision fell back and the system whose
-rankings it repeats (:func:`~glmrag.eval.traces.llm_notes`). :func:`read_outputs` reads the files back, so
-:func:`rewrite_outputs` can write a stored run's tables again with newer code. Per-question rows carry a
-system's LLM cost as :func:`cost_columns`.
+rankings it repeats (:func:`~glmrag.eval.traces.llm_notes`). Per-question rows carry a system's LLM cost as
+:func:`cost_columns`.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from glmrag.eval.overlap import overlap_note, unchecked_note
 from glmrag.eval.result import EvalResult
-from glmrag.eval.significance import Comparison, Interval
+from glmrag.eval.significance import Interval
 from glmrag.eval.traces import fallback_cell, fallback_warning, llm_notes, summary_lines
 from glmrag.index.ranking import Ranking
 from glmrag.io import atomic_write_text, write_error
@@ -328,85 +327,22 @@ def fresh_output_dir(output_dir: str | os.PathLike, key: str = "output_dir") -> 
     return folder
 
 
-def write_outputs(result: EvalResult, output_dir: str | os.PathLike, replace: bool = False) -> dict[str, Path]:
+def write_outputs(result: EvalResult, output_dir: str | os.PathLike) -> dict[str, Path]:
     """Write ``metrics.json``, ``per_question.jsonl`` and ``results.md`` into ``output_dir`` (made if needed),
-    each whole; a file already there is never replaced (``FileExistsError``) unless ``replace``. Returns their
-    paths by file name."""
+    each whole; a file already there is never replaced (``FileExistsError``). Returns their paths by file name."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {name: out / name for name in ("metrics.json", "per_question.jsonl", "results.md")}
     metrics = json.dumps(metrics_json(result), indent=2, allow_nan=False) + "\n"
-    atomic_write_text(paths["metrics.json"], metrics, replace)
+    atomic_write_text(paths["metrics.json"], metrics, replace=False)
     lines = [
         json.dumps(_clean(row), allow_nan=False, ensure_ascii=False)
         for system in result.systems
         for row in result.per_question[system]
     ]
-    atomic_write_text(paths["per_question.jsonl"], "\n".join(lines) + "\n", replace)
-    atomic_write_text(paths["results.md"], format_markdown(result), replace)
+    atomic_write_text(paths["per_question.jsonl"], "\n".join(lines) + "\n", replace=False)
+    atomic_write_text(paths["results.md"], format_markdown(result), replace=False)
     return paths
-
-
-def _interval(value: dict | None) -> Interval | None:
-    """An :class:`Interval` from its JSON form (``_clean`` wrote NaN as None)."""
-    if not isinstance(value, dict):
-        return None
-    return Interval(**{k: math.nan if v is None else v for k, v in value.items()})
-
-
-def read_outputs(output_dir: str | os.PathLike) -> EvalResult:
-    """The :class:`EvalResult` that :func:`write_outputs` wrote into ``output_dir`` (``metrics.json`` and
-    ``per_question.jsonl``), as far as they keep it: everything the tables read."""
-    folder = Path(output_dir)
-    m = json.loads((folder / "metrics.json").read_text())
-    per_question: dict[str, list[dict]] = {s: [] for s in m["systems"]}
-    for line in (folder / "per_question.jsonl").read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            per_question.setdefault(row["system"], []).append(row)
-    first = per_question[m["systems"][0]] if m["systems"] else []
-    significance = [
-        Comparison(
-            c["system"],
-            c["reference"],
-            c["metric"],
-            _interval(c["diff"]),
-            math.nan if c["p_value"] is None else c["p_value"],
-            math.nan if c["p_holm"] is None else c["p_holm"],
-        )
-        for c in m.get("significance", [])
-    ]
-    result = EvalResult(
-        systems=list(m["systems"]),
-        reference=m["reference"],
-        ks=tuple(m["ks"]),
-        question_ids=[r["question_id"] for r in first],
-        per_question=per_question,
-        overall={s: {k: _interval(v) for k, v in by.items()} for s, by in m["overall"].items()},
-        breakdowns=m.get("breakdowns", {}),
-        significance=significance,
-        counts=m["counts"],
-        metric_names=list(m["metrics"]),
-        warnings=list(m.get("warnings", [])),
-    )
-    result.load_settings_json(m.get("settings", {}))
-    result.qa_baselines = {  # baseline -> metric -> Interval, as the evaluation job sets them
-        b: {k: _interval(v) for k, v in scores.items()} for b, scores in result.qa_baselines.items()
-    }
-    return result
-
-
-def rewrite_outputs(output_dir: str | os.PathLike) -> dict[str, Path]:
-    """Write a stored run's three files again with this code's tables (:func:`read_outputs`, then
-    :func:`write_outputs`): new columns and notes, the same numbers. Traces gain ``fell_back``."""
-    from glmrag.eval.traces import question_fallbacks
-
-    result = read_outputs(output_dir)
-    for rows in result.per_question.values():
-        for row in rows:
-            if "trace" in row and (fell_back := question_fallbacks(row["trace"])) is not None:
-                row["trace"]["fell_back"] = fell_back
-    return write_outputs(result, output_dir, replace=True)
 
 
 RANKINGS_FILE = "rankings.jsonl"

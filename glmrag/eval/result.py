@@ -3,13 +3,12 @@ job adds what it measured around it (timing, LLM cost, QA), and :mod:`glmrag.eva
 :mod:`glmrag.eval.store` and :mod:`glmrag.eval.traces` read it (a module of its own, so those readers need
 not import the evaluator).
 
-``metrics.json`` keeps the flat ``settings`` object it always had: :meth:`EvalResult.settings_json` writes
-it, :meth:`EvalResult.load_settings_json` reads it back.
+``metrics.json`` keeps a flat ``settings`` object, which :meth:`EvalResult.settings_json` writes.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from glmrag.eval.significance import LEVEL, MIN_PAIRED, Comparison, Interval
@@ -117,12 +116,3 @@ class EvalResult:
         """``metrics.json``'s ``settings``: the evaluator's settings and every job field that is set."""
         job = {name: getattr(self, name) for name in JOB_FIELDS}
         return asdict(self.settings) | {k: v for k, v in job.items() if v is not None and v != {}}
-
-    def load_settings_json(self, settings: dict[str, Any]) -> None:
-        """Fill ``settings`` and the job fields from a stored ``metrics.json``'s ``settings`` (unknown keys,
-        from older or newer code, are skipped)."""
-        known = {f.name for f in fields(EvalSettings)}
-        self.settings = EvalSettings(**{k: v for k, v in settings.items() if k in known})
-        for name in JOB_FIELDS:
-            if settings.get(name) is not None:
-                setattr(self, name, settings[name])

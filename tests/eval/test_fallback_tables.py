@@ -13,7 +13,7 @@ from stand_ins import HashEncoder
 
 from glmrag.data.types import Corpus, Passage
 from glmrag.eval import evaluate, format_markdown
-from glmrag.eval.outputs import metrics_json, read_outputs, rewrite_outputs, write_outputs
+from glmrag.eval.outputs import metrics_json
 from glmrag.eval.store import StoredRun, run_record
 from glmrag.eval.study_tables import format_study_markdown, runs_csv
 from glmrag.eval.traces import add_traces, question_decisions, system_fallbacks
@@ -195,23 +195,3 @@ def test_study_tables_read_them_from_the_stored_run(run):
     by_system = {r[1]: dict(zip(header, r, strict=True)) for r in records}
     assert by_system["dtkg_chain"]["identical_to"] == "dtkg" and by_system["bm"]["llm_fallbacks"] == ""
     assert by_system["dtkg"]["llm_fallbacks"].startswith("classifier ")
-
-
-def test_stored_outputs_are_read_back_and_rewritten_with_the_new_tables(run, tmp_path):
-    result, _ = run
-    write_outputs(result, tmp_path)
-    assert format_markdown(read_outputs(tmp_path)) == format_markdown(result)
-    # a run stored before the headline existed: its tables are written again from its own files
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
-    del metrics["headline"]
-    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
-    rows = [json.loads(line) for line in (tmp_path / "per_question.jsonl").read_text().splitlines()]
-    for row in rows:
-        row.get("trace", {}).pop("fell_back", None)
-    (tmp_path / "per_question.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    rewrite_outputs(tmp_path)
-    again = json.loads((tmp_path / "metrics.json").read_text())
-    assert again["headline"] == json.loads(json.dumps(metrics_json(result)))["headline"]
-    assert (tmp_path / "results.md").read_text() == format_markdown(result)
-    first = json.loads((tmp_path / "per_question.jsonl").read_text().splitlines()[0])
-    assert first["system"] == "dtkg" and first["trace"]["fell_back"][0] == "classifier"
