@@ -30,8 +30,7 @@ def passage_id(title: str, text: str) -> str:
 
 
 FINGERPRINT_VERSION = 2
-"""The rule of :func:`question_fingerprint`; a checkpoint records it beside its fingerprints (version 1, case
-and spacing only, is :func:`question_fingerprint_v1`: checkpoints written before 2026-12-04)."""
+"""The rule of :func:`question_fingerprint`, which a checkpoint records beside its fingerprints."""
 
 
 def canonical_question(text: str) -> str:
@@ -48,11 +47,6 @@ def question_fingerprint(text: str) -> str:
     spelling variant (a checkpoint records those it trained and validated on; the evaluator refuses to score
     them)."""
     return hashlib.sha256(canonical_question(text).encode()).hexdigest()[:16]
-
-
-def question_fingerprint_v1(text: str) -> str:
-    """Version 1 of :func:`question_fingerprint` (case and spacing only), to read older checkpoints."""
-    return hashlib.sha256(" ".join(text.lower().split()).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ evaluation config:
 * so is any scored question whose fingerprint the checkpoint records among those it trained
   and validated on (:func:`seen_questions`): the same files under another dataset name, or
   stored splits that do not say what the run read. A question matches in any spelling
-  (:func:`~glmrag.data.types.canonical_question`); a checkpoint that records no questions, or
-  records them by an older rule, is flagged in the table (refused with ``strict_overlap=true``).
+  (:func:`~glmrag.data.types.canonical_question`); a checkpoint that records no questions is flagged
+  in the table (refused with ``strict_overlap=true``), one that records them by another rule is refused.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from glmrag.data.types import FINGERPRINT_VERSION, Question, question_fingerprint, question_fingerprint_v1
+from glmrag.data.types import FINGERPRINT_VERSION, Question, question_fingerprint
 from glmrag.models.checkpointing import SEEN_QUESTIONS_KEY, SEEN_VERSION_KEY
 
 log = logging.getLogger(__name__)
@@ -47,16 +47,12 @@ def checkpoint_data(ckpt_path: str | Path) -> dict[str, Any] | None:
 
 def recorded_questions(ckpt_path: str | Path) -> tuple[set[str], int] | None:
     """The question fingerprints a checkpoint records as trained or validated on, and the version of the rule
-    that made them (1 when unstated: checkpoints before the rule had a version); None when it records none."""
+    that made them (1 when unstated); None when it records none."""
     checkpoint = _load(ckpt_path)
     seen = checkpoint.get(SEEN_QUESTIONS_KEY)
     if not seen:
         return None
     return set(seen), int(checkpoint.get(SEEN_VERSION_KEY, 1))
-
-
-FINGERPRINTS = {1: question_fingerprint_v1, FINGERPRINT_VERSION: question_fingerprint}
-"""Fingerprint rule by version (glmrag.data.types)."""
 
 
 def seen_questions(
@@ -65,7 +61,7 @@ def seen_questions(
     """System -> how many of ``questions`` its checkpoint trained or validated on, by the question fingerprints
     the checkpoint records (whatever the dataset is called, whatever split its settings claim, however the
     question is spelt); and system -> why that could not be checked fully, for the table's warning: the
-    checkpoint records no questions, or records them by version 1's rule (case and spacing only).
+    checkpoint records no questions.
 
     Raises ``ValueError`` naming the checkpoint, the count, an example and the fix when any is found and
     ``allow_overlap`` is false, or when a check is incomplete and ``strict`` is true.
@@ -78,14 +74,12 @@ def seen_questions(
             unchecked[name] = "its checkpoint records no questions it trained on"
             continue
         fingerprints, version = recorded
-        if version not in FINGERPRINTS:
-            raise ValueError(
-                f"retriever {name} ({path}) records question fingerprints of version {version}, which this glmrag "
-                f"does not know (it knows {sorted(FINGERPRINTS)}); upgrade glmrag to evaluate it"
-            )
         if version != FINGERPRINT_VERSION:
-            unchecked[name] = "its checkpoint records its questions by the older rule (case and spacing only)"
-        scored = {FINGERPRINTS[version](q.question): q for q in questions}
+            raise ValueError(
+                f"retriever {name} ({path}) records question fingerprints of version {version}; this glmrag reads "
+                f"version {FINGERPRINT_VERSION} only. Evaluate it with the glmrag version that saved it, or retrain it"
+            )
+        scored = {question_fingerprint(q.question): q for q in questions}
         seen = scored.keys() & fingerprints
         if not seen:
             continue

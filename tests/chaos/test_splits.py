@@ -14,7 +14,7 @@ import torch
 
 from glmrag.api import evaluate_systems
 from glmrag.data import registry
-from glmrag.data.types import canonical_question, question_fingerprint, question_fingerprint_v1
+from glmrag.data.types import canonical_question, question_fingerprint
 from glmrag.eval import format_markdown
 from glmrag.index.cache import get_index
 from glmrag.jobs.config_check import ConfigError, validate_train_config
@@ -153,20 +153,11 @@ def test_a_checkpoint_that_records_no_questions_is_flagged_or_refused(checkpoint
         evaluate(silent, tmp_path, *data, "strict_overlap=true")
 
 
-def test_a_checkpoint_of_the_older_rule_is_still_guarded_and_flagged(checkpoint, tiny_musique_files, tmp_path):
-    questions, corpus = tiny_musique_files
-    records = json.loads(questions.read_text())
-    legacy = sorted(question_fingerprint_v1(r["question"]) for r in records[:13])  # what older glmrag recorded
-    old = resaved(checkpoint, tmp_path / "old.ckpt", **{SEEN_QUESTIONS_KEY: legacy, SEEN_VERSION_KEY: None})
-    copy = ["data=files", "data.format=hipporag", "data.name=old_copy", f"data.questions={questions}"]
-    copy += [f"data.corpus={corpus}", "data.split=null"]
-    with pytest.raises(ValueError, match=r"trained or validated on 13 of the 16 questions"):
-        evaluate(old, tmp_path, *copy)
-    result = evaluate(old, tmp_path, *copy, "allow_train_overlap=true")
-    assert result.train_overlap == {RUN: "13 of these 16 questions"}
-    assert result.overlap_unchecked == {
-        RUN: "its checkpoint records its questions by the older rule (case and spacing only)"
-    }
+def test_a_checkpoint_of_another_fingerprint_rule_is_refused_by_name(checkpoint, tiny_musique, tmp_path):
+    other = resaved(checkpoint, tmp_path / "other.ckpt", **{SEEN_VERSION_KEY: None})  # unstated: version 1
+    data = ["data=musique100", f"data.name={tiny_musique}", "data.split=test"]
+    with pytest.raises(ValueError, match=r"fingerprints of version 1; this glmrag reads version 2 only"):
+        evaluate(other, tmp_path, *data)
 
 
 def test_training_on_the_split_the_run_scores_is_refused_before_training(train_config):
