@@ -123,6 +123,7 @@ def test_a_modules_hyper_parameters_are_its_config_node(overrides, train_config)
     assert plain_container(dict(module.hparams)) == node
 
 
+@pytest.mark.integration  # builds every experiment's nodes (4 s); the override cases stay quick
 def test_every_experiment_types_its_model_and_datamodule_nodes(train_config):
     """Each config of ``configs/experiment`` composes its ``model`` and ``datamodule`` as the schema of the class
     it instantiates: no key outside the constructor's arguments, no value of another type."""

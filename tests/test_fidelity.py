@@ -90,6 +90,7 @@ def test_the_table_parses_and_covers_every_paper_setting():
     assert {r["value"] for r in rows if r["key"] == "model.glm.encoder"} == {"t5-large", "t5-base"}
 
 
+@pytest.mark.integration  # composes all 44 paper runs (10 s)
 def test_every_experiment_but_the_demos_claims_a_paper_setting(configs):
     for name, cfg, _, _ in configs:
         experiment = name.split()[0]
@@ -99,6 +100,7 @@ def test_every_experiment_but_the_demos_claims_a_paper_setting(configs):
             assert cfg.paper_setting in SETTINGS, f"{name} claims {cfg.paper_setting!r}"
 
 
+@pytest.mark.integration  # the same 44 compositions
 def test_paper_named_configs_equal_the_fidelity_table(configs):
     rows = fidelity_rows()
     checked, wrong = 0, []

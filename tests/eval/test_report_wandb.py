@@ -51,6 +51,7 @@ def offline_wandb(tmp_path, monkeypatch):
     return folder
 
 
+@pytest.mark.integration  # an offline wandb run (3.5 s)
 def test_report_logs_figures_and_tables_to_an_offline_run(tmp_path, offline_wandb, capsys, monkeypatch):
     wandb = pytest.importorskip("wandb")
     inits, real_init = [], wandb.init
