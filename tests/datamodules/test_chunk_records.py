@@ -226,6 +226,7 @@ def upload(client, folder: Path, prefix: str) -> None:
             client.upload_file(str(path), "glm", f"{prefix}/{path.relative_to(folder).as_posix()}")
 
 
+@pytest.mark.integration  # a local S3 server (4 s); the chunk reads from a folder stay quick
 def test_ranks_and_workers_read_chunks_from_object_storage(stores, records, s3_server, tmp_path):
     client, endpoint = s3_server
     folder, _ = stores

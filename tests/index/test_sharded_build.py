@@ -84,7 +84,8 @@ def assert_same_index(merged, reference, corpus, questions) -> None:
         assert [r.passage_ids for r in got] == [r.passage_ids for r in want], retriever.name
 
 
-@pytest.mark.parametrize("n", [2, pytest.param(3, marks=pytest.mark.integration)])
+@pytest.mark.integration  # 6 s for 2 shards; the quick run merges without embeddings (below)
+@pytest.mark.parametrize("n", [2, 3])
 def test_sharded_build_merged_equals_one_machine_build(n, data, extractor, embedder, one_machine, tmp_path):
     counts = one_machine.manifest["counts"]
     assert counts["synonym_edges"] > 0 and counts["questions_linked"] == len(data.qa)  # the case shows something

