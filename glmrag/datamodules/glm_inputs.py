@@ -146,6 +146,10 @@ class SubgraphSettings:
         return asdict(self)
 
 
+MODEL_FIELDS = tuple(name for name in SubgraphSettings.__dataclass_fields__ if name != "precompute")
+"""The :class:`SubgraphSettings` fields of ``model.subgraph``; ``precompute`` is the DataModule's."""
+
+
 def question_record(
     index: KGIndex,
     question: Question,

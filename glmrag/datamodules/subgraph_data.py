@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import Dataset, Question
 from glmrag.datamodules.chunk_records import ChunkShards, open_splits, split_location, write_chunks
-from glmrag.datamodules.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
+from glmrag.datamodules.glm_inputs import MODEL_FIELDS, GLMCollate, SubgraphSettings, load_tokenizer, question_record
 from glmrag.datamodules.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
 from glmrag.datamodules.kg_datamodule import KGDataModule, check_counts, settings_from
 from glmrag.datamodules.resumable import ResumableLoader, trained_batches
@@ -220,7 +220,7 @@ class SubgraphDataModule(KGDataModule):
         counts = {"batch_size": batch_size, "shard_size": shard_size, "shuffle_buffer": shuffle_buffer}
         check_counts(("num_workers",), **counts, num_workers=num_workers, write_workers=write_workers)
         self.settings = subgraph_settings(subgraph, precompute)
-        subgraph = {k: v for k, v in self.settings.as_dict().items() if k != "precompute"}  # plain, in the hparams
+        subgraph = {name: getattr(self.settings, name) for name in MODEL_FIELDS}  # every field, plain, in the hparams
         storage_options = plain_container(storage_options or {})
         self.save_hyperparameters(logger=False)
         self.cache_dir = Path(cache_dir or cache_root() / "glm_chunks")

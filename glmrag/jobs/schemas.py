@@ -32,11 +32,11 @@ from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 
-from glmrag.datamodules.glm_inputs import SubgraphSettings
+from glmrag.datamodules.glm_inputs import MODEL_FIELDS, SubgraphSettings
 from glmrag.datamodules.gnn_datamodule import KGQADataModule
 from glmrag.datamodules.kg_datamodule import QuestionSettings
 from glmrag.datamodules.subgraph_data import SubgraphDataModule
-from glmrag.models.glm_module import GLM_LOSS, SUBGRAPH_FIELDS, GLMConfig, GLMRetrieverModule, LearningRates
+from glmrag.models.glm_module import GLM_LOSS, GLMConfig, GLMRetrieverModule, LearningRates
 from glmrag.models.gnn_module import GNN_SUBGRAPH_FIELDS, GNNRetrieverModule, KGCSettings
 from glmrag.models.retriever_module import Evaluation, LossWeights
 from glmrag.nn.gnn import GNNConfig
@@ -139,7 +139,7 @@ SCHEMAS: dict[str, type] = {
     "glm_loss": schema_of(LossWeights, "GLMLossSchema", defaults=dataclasses.asdict(GLM_LOSS)),
     "evaluation": schema_of(Evaluation, "EvaluationSchema"),
     "glm": schema_of(GLMConfig, "GLMSchema"),
-    "glm_subgraph": schema_of(SubgraphSettings, "GLMSubgraphSchema", only=SUBGRAPH_FIELDS),
+    "glm_subgraph": schema_of(SubgraphSettings, "GLMSubgraphSchema", only=MODEL_FIELDS),
     "lr": schema_of(LearningRates, "LearningRatesSchema"),
 }
 """The schema of each settings node, by name."""

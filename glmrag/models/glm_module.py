@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ from torch import nn
 from transformers import AutoConfig, MPNetConfig, T5Config
 
 from glmrag.data.types import Question
-from glmrag.datamodules.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
+from glmrag.datamodules.glm_inputs import MODEL_FIELDS, GLMCollate, SubgraphSettings, load_tokenizer, question_record
 from glmrag.datamodules.kg_source import KGSource, source_settings
 from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
 from glmrag.index.kg import KGIndex
@@ -65,8 +65,6 @@ GLM_LOSS = LossWeights(bce_weight=0.44, listce_weight=0.56)
 """GLM-RAG App. B: 0.56 masked ListCE + 0.44 BCE; GFM-RAG's temperature 0.2."""
 BACKBONES = {"t5": (T5GLMEncoder, T5Config), "mpnet": (MPNetGLMEncoder, MPNetConfig)}
 """``model.glm.backbone``: each GLM encoder class and the config class of its random ``encoder_config``."""
-SUBGRAPH_FIELDS = tuple(f.name for f in fields(SubgraphSettings) if f.name != "precompute")
-"""The :class:`SubgraphSettings` fields the module holds (all but ``precompute``, which is the DataModule's)."""
 
 
 @dataclass(frozen=True)
@@ -215,7 +213,7 @@ class GLMRetrieverModule(RetrieverModule):
         self.save_hyperparameters(
             {
                 "glm": asdict(config),
-                "subgraph": {name: getattr(self.settings, name) for name in SUBGRAPH_FIELDS},
+                "subgraph": {name: getattr(self.settings, name) for name in MODEL_FIELDS},
                 "loss": asdict(self.loss_weights),
                 "lr": asdict(self.learning_rates),
                 "evaluation": asdict(self.evaluation),
@@ -258,7 +256,7 @@ class GLMRetrieverModule(RetrieverModule):
         theirs = getattr(dm, "settings", None)
         if isinstance(theirs, SubgraphSettings):
             ours = self.subgraph_settings()
-            for name in SUBGRAPH_FIELDS:
+            for name in MODEL_FIELDS:
                 if getattr(theirs, name) != getattr(ours, name):
                     raise ValueError(
                         f"the DataModule has {name}={getattr(theirs, name)!r} but the model {getattr(ours, name)!r}; "
