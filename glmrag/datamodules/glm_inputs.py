@@ -78,7 +78,7 @@ def load_tokenizer(name: str):
     return transformers.AutoTokenizer.from_pretrained(resolve_model_path(name))
 
 
-@dataclass(frozen=True)
+@dataclass
 class SubgraphSettings:
     """What decides the stored subgraph of a question (and, for ``position_mode``, its positions)."""
 
@@ -92,7 +92,7 @@ class SubgraphSettings:
     """Append the question's tokens (GLM-RAG App. B "FullyConnected", the default); False: graph tokens only."""
     position_mode: str = "triple"
     """``triple`` (GLM-RAG) or ``path``; applied by :class:`GLMCollate` (stored, and in :meth:`key`, only when
-    ``precompute``)."""
+    the DataModule precomputes positions)."""
     seed: int = 0
     """Seed of the randomized BFS of :func:`~glmrag.graph.subgraph.select_subgraph`, mixed with the question id."""
     question_eos: bool = True
@@ -101,10 +101,8 @@ class SubgraphSettings:
     position_conflict: str = "last"
     """Which triple positions a token pair several triples position (:mod:`glmrag.graph.positions`): ``last``
     as the GLM reference code, or ``nearest`` (the nearest triple's). Not in GLM-RAG. In :meth:`key` although
-    only the collate applies it (unless ``precompute``), so a cache folder names every rule it was made for."""
-    precompute: bool = False
-    """Store each record's ``(L, L)`` positions and kinds in the shards (:data:`POSITION_COLUMNS`), so the
-    collate only pads them; False: the collate computes them per batch."""
+    only the collate applies it (unless positions are precomputed), so a cache folder names every rule it was
+    made for."""
 
     def __post_init__(self) -> None:
         for name in ("max_hops", "max_triplets"):  # the config check runs this rule (no subgraph without both)
@@ -115,7 +113,7 @@ class SubgraphSettings:
             raise ValueError(f"position_mode must be one of {POSITION_MODES}, got {self.position_mode!r}")
         if self.position_conflict not in POSITION_CONFLICTS:
             raise ValueError(f"position_conflict must be one of {POSITION_CONFLICTS}, got {self.position_conflict!r}")
-        for name in ("use_text", "question_eos", "precompute"):
+        for name in ("use_text", "question_eos"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
@@ -129,11 +127,12 @@ class SubgraphSettings:
             allowed = "an integer >= 1" + (" or null (the whole KG, GFM-RAG)" if allow_none else "")
             raise ValueError(f"model.subgraph.{name}={value!r}: must be {allowed}")
 
-    def key(self) -> str:
-        """A readable cache key of everything a stored record depends on, e.g. ``h2-t600-graph-text-eos-last-s0``."""
+    def key(self, precompute: bool = False) -> str:
+        """A readable cache key of everything a stored record depends on, e.g. ``h2-t600-graph-text-eos-last-s0``;
+        ``precompute``: the records store their positions (:data:`POSITION_COLUMNS`), so the mode is in the key."""
         text = "text" if self.use_text else "notext"
         eos = "eos" if self.question_eos else "noeos"
-        stored = f"-pos-{self.position_mode}" if self.precompute else ""
+        stored = f"-pos-{self.position_mode}" if precompute else ""
         rules = f"{eos}-{self.position_conflict}{stored}"
         return f"h{self.max_hops}-t{self.max_triplets}-{self.layout}-{text}-{rules}-s{self.seed}"
 
@@ -146,10 +145,6 @@ class SubgraphSettings:
         return asdict(self)
 
 
-MODEL_FIELDS = tuple(name for name in SubgraphSettings.__dataclass_fields__ if name != "precompute")
-"""The :class:`SubgraphSettings` fields of ``model.subgraph``; ``precompute`` is the DataModule's."""
-
-
 def question_record(
     index: KGIndex,
     question: Question,
@@ -157,13 +152,14 @@ def question_record(
     tokenizer,
     settings: SubgraphSettings,
     question_emb: np.ndarray,
+    precompute: bool = False,
 ) -> dict[str, Any]:
     """The stored record of ``question``: its subgraph's layout, targets and gold, as one Arrow row.
 
     ``target_nodes`` are the entity nodes whose entity is mentioned in a gold supporting passage
     (``index.entities_of_passages``, GFM-RAG's targets) and lies in the subgraph. ``triple_nodes`` is the
     ``(S, 3)`` array flattened row-major. The columns and dtypes are :data:`RECORD_SCHEMA`'s, and with
-    ``settings.precompute`` also :data:`POSITION_COLUMNS`.
+    ``precompute`` also :data:`POSITION_COLUMNS`.
     """
     emb = np.asarray(question_emb, dtype=np.float32)
     if emb.ndim != 1:
@@ -191,7 +187,7 @@ def question_record(
         "num_triples": len(subgraph),
         "num_tokens": len(layout.input_ids),
     }
-    if settings.precompute:
+    if precompute:
         position, kind = graph_positions(layout, settings.position_mode, settings.position_conflict)
         if len(position) and np.abs(position).max() > np.iinfo(np.int16).max:
             raise ValueError(f"question {question.id} of {kg_name}: positions exceed int16; precompute=false")
@@ -228,7 +224,7 @@ def position_dtype(length: int) -> type[np.signedinteger]:
 
 class GLMCollate:
     """Pads a list of records into one batch; positions are expanded here, per batch (or copied, when the
-    records carry them: ``SubgraphSettings.precompute``), straight into the batch tensors.
+    records carry them: ``datamodule.precompute``), straight into the batch tensors.
 
     Records may come from different KGs (``kg`` is per row). A record may carry ``real`` (default True):
     the DataModule sets it False on evaluation padding rows (repeats that even out DDP ranks).
@@ -291,7 +287,7 @@ class GLMCollate:
             n_tok, n_node = len(layout.input_ids), layout.num_nodes
             position_out = relative_position[row, :n_tok, :n_tok].numpy()  # (n_tok, n_tok) views of the batch
             kind_out = kind[row, :n_tok, :n_tok].numpy()
-            if "relative_position" in record:  # precomputed (SubgraphSettings.precompute): only copied
+            if "relative_position" in record:  # precomputed (datamodule.precompute): only copied
                 position_out[...] = np.asarray(record["relative_position"]).reshape(n_tok, n_tok)
                 kind_out[...] = np.asarray(record["kind"]).reshape(n_tok, n_tok)
             else:

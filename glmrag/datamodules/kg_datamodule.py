@@ -35,7 +35,7 @@ def dataset_index_config(index_cfg: Mapping[str, Any], name: str) -> dict[str, A
     return cfg
 
 
-@dataclass(frozen=True)
+@dataclass
 class QuestionSettings:
     """Which questions of the datasets a DataModule reads: the keyword arguments both DataModules share.
 
@@ -64,7 +64,7 @@ class QuestionSettings:
 
     def __post_init__(self) -> None:
         check_counts(nullable=("limit",), limit=self.limit)
-        object.__setattr__(self, "train_fraction", check_train_fraction(self.train_fraction))
+        self.train_fraction = check_train_fraction(self.train_fraction)
 
 
 MAY_BE_ZERO = ("num_workers",)

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import Dataset, Question
 from glmrag.datamodules.chunk_records import ChunkShards, open_splits, split_location, write_chunks
-from glmrag.datamodules.glm_inputs import MODEL_FIELDS, GLMCollate, SubgraphSettings, load_tokenizer, question_record
+from glmrag.datamodules.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
 from glmrag.datamodules.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
 from glmrag.datamodules.kg_datamodule import KGDataModule, check_counts, settings_from
 from glmrag.datamodules.resumable import ResumableLoader, trained_batches
@@ -53,6 +53,7 @@ SPLIT_NAMES = ("train_split", "val_split", "test_split")
 def split_key(
     index: KGIndex,
     settings: SubgraphSettings,
+    precompute: bool,
     tokenizer: str,
     vocab_size: int,
     embed_model: str,
@@ -61,14 +62,14 @@ def split_key(
     shard_size: int,
     write_workers: int,
 ) -> str:
-    """``<settings.key()>-<hash>``: the hash covers the index's
+    """``<settings.key(precompute)>-<hash>``: the hash covers the index's
     :func:`~glmrag.index.store.content_manifest`, the tokenizer's name and vocabulary size, the
     question encoder, the question ids, whether questions without target entities are dropped, and the
     records per chunk and writer processes (they cut the chunks, and the chunks the shuffled order)."""
     parts = [
         RECORDS_FORMAT,
         content_manifest(index.manifest),
-        settings.key(),
+        settings.key(precompute),
         tokenizer,
         vocab_size,
         embed_model,
@@ -78,7 +79,7 @@ def split_key(
         write_workers,
     ]
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode())
-    return f"{settings.key()}-{digest.hexdigest()[:12]}"
+    return f"{settings.key(precompute)}-{digest.hexdigest()[:12]}"
 
 
 def read_meta(folder: str | Path) -> dict[str, Any] | None:
@@ -159,19 +160,6 @@ def publish_split(tmp: Path, folder: Path, meta: dict) -> dict:
 # --- the DataModule ----------------------------------------------------------------------------------
 
 
-def subgraph_settings(subgraph: Mapping[str, Any] | None, precompute: bool = False) -> SubgraphSettings:
-    """The model's ``subgraph`` (a mapping of :class:`SubgraphSettings` fields but ``precompute``: the config's
-    ``model.subgraph``) with the DataModule's ``precompute``; missing fields take their defaults, an unknown key
-    is an error naming the known ones."""
-    given = plain_container(subgraph or {})
-    if "precompute" in given:
-        raise TypeError(
-            "subgraph holds the model's settings (model.subgraph); precompute is the DataModule's own argument: "
-            "set datamodule.precompute"
-        )
-    return settings_from(SubgraphSettings, given | {"precompute": precompute}, "subgraph has unknown key(s)")
-
-
 class SubgraphDataModule(KGDataModule):
     """GLM inputs of one or several KG-indexed datasets, streamed from cached chunks (module docstring).
 
@@ -181,9 +169,8 @@ class SubgraphDataModule(KGDataModule):
         batch_size: GLOBAL batch size, split evenly over devices (GLM-RAG Table 14: 2).
         tokenizer: the GLM's tokenizer: a hub name, a folder, or an ``offline:`` model; must match the module's.
         subgraph: how each question's subgraph is built: the model's settings (``model.subgraph``; jobs pass
-            it), the fields of :class:`~glmrag.datamodules.glm_inputs.SubgraphSettings` but ``precompute``
-            (``max_hops``, ``max_triplets``, ``layout``, ``use_text``, ``position_mode``, ``seed``,
-            ``question_eos``, ``position_conflict``) as a mapping, missing ones at their defaults.
+            it), the fields of :class:`~glmrag.datamodules.glm_inputs.SubgraphSettings` as a mapping, missing ones
+            at their defaults.
         precompute: store each record's ``(L, L)`` positions in the chunks (False: the collate computes them).
         shard_size: records per LitData chunk (part of the split's key, as ``write_workers``: they cut the chunks,
             and the chunks the shuffled order).
@@ -219,8 +206,10 @@ class SubgraphDataModule(KGDataModule):
         datasets, index, questions = self.plain_arguments(datasets, index, questions)
         counts = {"batch_size": batch_size, "shard_size": shard_size, "shuffle_buffer": shuffle_buffer}
         check_counts(("num_workers",), **counts, num_workers=num_workers, write_workers=write_workers)
-        self.settings = subgraph_settings(subgraph, precompute)
-        subgraph = {name: getattr(self.settings, name) for name in MODEL_FIELDS}  # every field, plain, in the hparams
+        if not isinstance(precompute, bool):
+            raise ValueError(f"datamodule.precompute={precompute!r}: must be true or false")
+        self.settings = settings_from(SubgraphSettings, plain_container(subgraph or {}), "subgraph has unknown key(s)")
+        subgraph = self.settings.as_dict()  # every field, plain, in the hparams
         storage_options = plain_container(storage_options or {})
         self.save_hyperparameters(logger=False)
         self.cache_dir = Path(cache_dir or cache_root() / "glm_chunks")
@@ -244,7 +233,8 @@ class SubgraphDataModule(KGDataModule):
             train = split_name == "train_split"
             ids = [q.id for q in questions]
             chunking = hp.shard_size, hp.write_workers
-            key = split_key(index, self.settings, hp.tokenizer, vocab_size, hp.embed_model, ids, train, *chunking)
+            records = hp.precompute, hp.tokenizer, vocab_size, hp.embed_model
+            key = split_key(index, self.settings, *records, ids, train, *chunking)
             yield split_name, questions, self.cache_dir / key / name / split
 
     def prepare_data(self) -> None:
@@ -274,11 +264,13 @@ class SubgraphDataModule(KGDataModule):
             "split": folder.name,
             "dropped_without_targets": len(questions) - len(kept),
             "settings": self.settings.as_dict(),
+            "precompute": hp.precompute,
             "tokenizer": hp.tokenizer,
             "vocab_size": len(tokenizer),
             "embed_model": hp.embed_model,
         }
-        make = QuestionRecords(index, kept, name, tokenizer, self.settings, {q.id: embeddings[q.id] for q in kept})
+        embeddings = {q.id: embeddings[q.id] for q in kept}
+        make = QuestionRecords(index, kept, name, tokenizer, self.settings, hp.precompute, embeddings)
         meta = write_chunk_split(folder, make, len(kept), hp.shard_size, hp.write_workers, meta)
         log.info(
             "%s/%s: %d subgraphs in %d chunks at %s", name, folder.name, meta["count"], len(meta["shards"]), folder
@@ -368,10 +360,12 @@ class SubgraphDataModule(KGDataModule):
 class QuestionRecords:
     """``i -> question_record(...)`` of the ``i``-th of ``questions``: what LitData's writer processes run."""
 
-    def __init__(self, index: KGIndex, questions: list[Question], kg: str, tokenizer, settings, embeddings) -> None:
+    def __init__(
+        self, index: KGIndex, questions: list[Question], kg: str, tokenizer, settings, precompute: bool, embeddings
+    ) -> None:
         self.index, self.questions, self.kg = index, questions, kg
-        self.tokenizer, self.settings, self.embeddings = tokenizer, settings, embeddings
+        self.tokenizer, self.settings, self.precompute, self.embeddings = tokenizer, settings, precompute, embeddings
 
     def __call__(self, i: int) -> dict[str, Any]:
-        q = self.questions[i]
-        return question_record(self.index, q, self.kg, self.tokenizer, self.settings, self.embeddings[q.id].numpy())
+        q, emb = self.questions[i], self.embeddings[self.questions[i].id].numpy()
+        return question_record(self.index, q, self.kg, self.tokenizer, self.settings, emb, self.precompute)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ from torch import nn
 from transformers import AutoConfig, MPNetConfig, T5Config
 
 from glmrag.data.types import Question
-from glmrag.datamodules.glm_inputs import MODEL_FIELDS, GLMCollate, SubgraphSettings, load_tokenizer, question_record
+from glmrag.datamodules.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
 from glmrag.datamodules.kg_source import KGSource, source_settings
 from glmrag.index.embed import DEFAULT_MODEL, resolve_model_path
 from glmrag.index.kg import KGIndex
@@ -61,23 +61,22 @@ BACKBONE_LR = 1e-4
 """GLM-RAG Table 14: learning rate of the T5 backbone."""
 BUCKET_LRS = ("backbone", "head")
 """Which learning rate the GLM's extra buckets take (not in GLM-RAG; ``backbone`` as the GLM reference code)."""
-GLM_LOSS = LossWeights(bce_weight=0.44, listce_weight=0.56)
-"""GLM-RAG App. B: 0.56 masked ListCE + 0.44 BCE; GFM-RAG's temperature 0.2."""
 BACKBONES = {"t5": (T5GLMEncoder, T5Config), "mpnet": (MPNetGLMEncoder, MPNetConfig)}
 """``model.glm.backbone``: each GLM encoder class and the config class of its random ``encoder_config``."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class GLMConfig:
     """The GLM encoder and its scoring head."""
 
     encoder: str = "t5-base"
     """The pretrained encoder: ``t5-small``, ``t5-base``, ``t5-large`` (GLM-RAG Fig. 6, Table 18), an MPNet
     (``offline:all-mpnet-base-v2``, glmrag's offline backbone) or a folder."""
-    encoder_config: dict[str, Any] | None = None
-    """Instead of ``encoder``, a randomly initialised encoder with these config fields (``T5Config``, or
-    ``MPNetConfig`` for ``backbone: mpnet``; no hub needed: the offline demo, the tests); ``vocab_size``
-    defaults to the tokenizer's."""
+    encoder_config: Any = None
+    """Instead of ``encoder``, a randomly initialised encoder with these config fields (a mapping: ``T5Config``'s,
+    or ``MPNetConfig``'s for ``backbone: mpnet``; no hub needed: the offline demo, the tests); ``vocab_size``
+    defaults to the tokenizer's. Typed ``Any``, so a config node may be an interpolation that composition
+    leaves unresolved (``${capacity_pairs.${capacity}.encoder_config}``: a typed dict is resolved on merge)."""
     backbone: str | None = None
     """``t5`` (GLM-RAG) or ``mpnet`` (:mod:`glmrag.nn.glm_mpnet`); None: read from the pretrained model's config
     (``model_type``), ``t5`` for an ``encoder_config``."""
@@ -104,9 +103,9 @@ class GLMConfig:
 
     def __post_init__(self) -> None:
         if self.tokenizer is None:
-            object.__setattr__(self, "tokenizer", self.encoder)
+            self.tokenizer = self.encoder
         if self.encoder_config is not None:
-            object.__setattr__(self, "encoder_config", dict(self.encoder_config))  # plain dict in the checkpoint
+            self.encoder_config = dict(self.encoder_config)  # a plain dict in the checkpoint
         if self.attention not in ATTENTIONS:
             raise ValueError(f"glm.attention must be one of {ATTENTIONS}, got {self.attention!r}")
         if self.aggregation not in AGGREGATIONS:
@@ -128,7 +127,7 @@ class GLMConfig:
                 raise ValueError(f"glm.{name} must be true or false, got {getattr(self, name)!r}")
 
 
-@dataclass(frozen=True)
+@dataclass
 class LearningRates:
     """AdamW's two parameter groups (GLM-RAG Table 14) and where the extra buckets go."""
 
@@ -152,11 +151,12 @@ class LearningRates:
                 raise ValueError(f"lr.{name} must be a finite number >= 0, got {value!r}")
 
 
-def glm_subgraph(value: SubgraphSettings | Mapping[str, Any] | None) -> SubgraphSettings:
-    """The module's :class:`SubgraphSettings`; ``precompute`` is the DataModule's and refused here."""
-    if isinstance(value, Mapping) and "precompute" in value:
-        raise TypeError("model.subgraph.precompute is the DataModule's setting: set datamodule.precompute")
-    return typed_settings(SubgraphSettings, value, "model.subgraph")
+@dataclass
+class GLMLossWeights(LossWeights):
+    """The GLM's loss: GLM-RAG App. B, 0.56 masked ListCE + 0.44 BCE (GFM-RAG's temperature 0.2)."""
+
+    bce_weight: float = 0.44
+    listce_weight: float = 0.56
 
 
 class GLMRetrieverModule(RetrieverModule):
@@ -164,9 +164,9 @@ class GLMRetrieverModule(RetrieverModule):
 
     Args:
         glm: the encoder and head, :class:`GLMConfig` (or a mapping of its fields).
-        subgraph: how each question's subgraph is built, :class:`SubgraphSettings` without ``precompute``
-            (GLM-RAG App. B.2: 2 hops, 600 triplets; ``layout=linear`` is Table 15's baseline).
-        loss: :class:`~glmrag.models.retriever_module.LossWeights` (default :data:`GLM_LOSS`, App. B).
+        subgraph: how each question's subgraph is built, :class:`SubgraphSettings` (GLM-RAG App. B.2: 2 hops,
+            600 triplets; ``layout=linear`` is Table 15's baseline).
+        loss: :class:`GLMLossWeights` (GLM-RAG App. B; a :class:`~glmrag.models.retriever_module.LossWeights`).
         lr: :class:`LearningRates` of the head, the backbone and the extra buckets (GLM-RAG Table 14).
         evaluation: :class:`~glmrag.models.retriever_module.Evaluation` (ks, ranker, top_entities).
         prior: :class:`~glmrag.nn.prior.PriorSettings`, or None (GLM-RAG's GLM): the logits are the prior's
@@ -180,8 +180,8 @@ class GLMRetrieverModule(RetrieverModule):
 
     SETTINGS = {
         "glm": functools.partial(typed_settings, GLMConfig, key="model.glm"),
-        "subgraph": glm_subgraph,
-        "loss": functools.partial(typed_settings, LossWeights, key="model.loss", default=GLM_LOSS),
+        "subgraph": functools.partial(typed_settings, SubgraphSettings, key="model.subgraph"),
+        "loss": functools.partial(typed_settings, GLMLossWeights, key="model.loss"),
         "lr": functools.partial(typed_settings, LearningRates, key="model.lr"),
         "evaluation": functools.partial(typed_settings, Evaluation, key="model.evaluation"),
         "prior": prior_settings,
@@ -213,7 +213,7 @@ class GLMRetrieverModule(RetrieverModule):
         self.save_hyperparameters(
             {
                 "glm": asdict(config),
-                "subgraph": {name: getattr(self.settings, name) for name in MODEL_FIELDS},
+                "subgraph": asdict(self.settings),
                 "loss": asdict(self.loss_weights),
                 "lr": asdict(self.learning_rates),
                 "evaluation": asdict(self.evaluation),
@@ -256,7 +256,7 @@ class GLMRetrieverModule(RetrieverModule):
         theirs = getattr(dm, "settings", None)
         if isinstance(theirs, SubgraphSettings):
             ours = self.subgraph_settings()
-            for name in MODEL_FIELDS:
+            for name in (f.name for f in fields(SubgraphSettings)):
                 if getattr(theirs, name) != getattr(ours, name):
                     raise ValueError(
                         f"the DataModule has {name}={getattr(theirs, name)!r} but the model {getattr(ours, name)!r}; "

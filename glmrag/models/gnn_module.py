@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,7 @@ from glmrag.datamodules.kg_source import GraphSource, source_settings
 from glmrag.graph.subgraph import MAX_HOPS, Subgraph, select_subgraph
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
-from glmrag.io import load_checkpoint_dict, plain_container
+from glmrag.io import load_checkpoint_dict
 from glmrag.models.losses import gfm_rag_loss, passage_list_ce
 from glmrag.models.retriever_module import (
     Evaluation,
@@ -54,11 +54,28 @@ LEARNING_RATE = 5e-4
 """GLM-RAG Table 14, GFM-RAG fine-tuning: AdamW, lr 5e-4 (also GFM-RAG's pretraining lr)."""
 
 
-GNN_SUBGRAPH_FIELDS = ("max_hops", "max_triplets", "seed")
-"""The :class:`SubgraphSettings` fields a GNN reads (the rest shape the GLM's token sequence)."""
+@dataclass
+class GNNSubgraph:
+    """``model.subgraph`` of a GNN: with ``max_triplets`` null (the default) it reads the whole KG, as GFM-RAG;
+    else each question's budgeted subgraph, selected as the GLM's (GLM-RAG §5.5, App. B.2)."""
+
+    max_hops: int = MAX_HOPS
+    """BFS depth around the question's entities (GLM-RAG App. B.2: 2); unused for the whole KG."""
+    max_triplets: int | None = None
+    """Triple budget of the subgraph (GLM-RAG App. B.2: 600); null: the whole KG."""
+    seed: int = 0
+    """Seed of the randomized BFS, mixed with the question id (as :class:`SubgraphSettings`)."""
+
+    def __post_init__(self) -> None:
+        SubgraphSettings.check_budget("max_triplets", self.max_triplets, allow_none=True)
+        SubgraphSettings.check_budget("max_hops", self.max_hops)
+
+    def restriction(self) -> SubgraphSettings | None:
+        """The subgraph each question reads, or None for the whole KG."""
+        return None if self.max_triplets is None else SubgraphSettings(**asdict(self))
 
 
-@dataclass(frozen=True)
+@dataclass
 class KGCSettings:
     """KG-completion pretraining (``stage="kgc"``; GFM-RAG stage 2, :mod:`glmrag.nn.kgc`)."""
 
@@ -79,30 +96,11 @@ class KGCSettings:
             raise ValueError(f"kgc.hide_target_edges must be true or false, got {self.hide_target_edges!r}")
 
 
-def gnn_subgraph(value: SubgraphSettings | Mapping[str, Any] | None) -> SubgraphSettings | None:
-    """The GNN's subgraph restriction: None (the whole KG, GFM-RAG) when ``max_triplets`` is null or absent,
-    else :class:`SubgraphSettings` of ``max_hops``, ``max_triplets`` and ``seed`` (GLM-RAG §5.5, App. B.2)."""
-    if value is None or isinstance(value, SubgraphSettings):
-        return value
-    if not isinstance(value, Mapping):
-        raise TypeError(f"model.subgraph must be a mapping of {GNN_SUBGRAPH_FIELDS}, got {value!r}")
-    unknown = sorted(set(value) - set(GNN_SUBGRAPH_FIELDS))
-    if unknown:
-        raise TypeError(
-            f"model.subgraph has unknown key(s) {unknown}: a GNN reads only {', '.join(GNN_SUBGRAPH_FIELDS)}"
-        )
-    SubgraphSettings.check_budget("max_triplets", value.get("max_triplets"), allow_none=True)
-    if value.get("max_triplets") is None:  # the whole KG; max_hops is unused but still has to make sense
-        SubgraphSettings.check_budget("max_hops", value.get("max_hops", MAX_HOPS))
-        return None
-    return typed_settings(SubgraphSettings, value, "model.subgraph")
-
-
-def whole_kg_node(value: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The ``model.subgraph`` node of a GNN that reads the whole KG, every field filled in as its schema fills it
-    (``max_triplets`` null; ``max_hops`` and ``seed`` as given, unused): what its checkpoint saves."""
-    given = plain_container(value) if value is not None else {}
-    return {"max_hops": MAX_HOPS, "max_triplets": None, "seed": SubgraphSettings.seed} | given
+def gnn_subgraph(value: GNNSubgraph | SubgraphSettings | Mapping[str, Any] | None) -> GNNSubgraph:
+    """``model.subgraph`` of a GNN as :class:`GNNSubgraph` (a GLM's :class:`SubgraphSettings` by its three)."""
+    if isinstance(value, SubgraphSettings):
+        value = {f.name: getattr(value, f.name) for f in fields(GNNSubgraph)}
+    return typed_settings(GNNSubgraph, value, "model.subgraph")
 
 
 def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
@@ -182,19 +180,17 @@ class GNNRetrieverModule(RetrieverModule):
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
         config = self.SETTINGS["gnn"](gnn)
-        self.subgraph_settings = restriction = self.SETTINGS["subgraph"](subgraph)
+        subgraph = self.SETTINGS["subgraph"](subgraph)
+        self.subgraph_settings = subgraph.restriction()
         self.loss_weights = self.SETTINGS["loss"](loss)
         self.kgc = self.SETTINGS["kgc"](kgc)
         self.init_evaluation(self.SETTINGS["evaluation"](evaluation))
         prior = self.SETTINGS["prior"](prior)
-        whole_kg = restriction is None
         # Plain values only (no optimizer or scheduler factory, no kgs), so a checkpoint loads with weights_only=True.
         self.save_hyperparameters(
             {
                 "gnn": asdict(config),
-                "subgraph": whole_kg_node(subgraph)
-                if whole_kg
-                else {name: getattr(restriction, name) for name in GNN_SUBGRAPH_FIELDS},
+                "subgraph": asdict(subgraph),
                 "loss": asdict(self.loss_weights),
                 "kgc": asdict(self.kgc),
                 "evaluation": asdict(self.evaluation),

@@ -26,7 +26,7 @@ import math
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -71,22 +71,20 @@ Optimizer = Callable[..., torch.optim.Optimizer]
 _Settings = TypeVar("_Settings")
 
 
-def typed_settings(
-    cls: type[_Settings], value: _Settings | Mapping[str, Any] | None, key: str, default: _Settings | None = None
-) -> _Settings:
-    """``value`` as a ``cls`` settings dataclass: an instance as it is, None as ``default`` (or ``cls()``), a
-    mapping (a config node such as ``model.gnn``) with missing fields from ``default`` (or ``cls``'s defaults);
-    a key that is not a field of ``cls`` is a TypeError naming ``key`` and the fields."""
+def typed_settings(cls: type[_Settings], value: Any, key: str) -> _Settings:
+    """``value`` as a ``cls`` settings dataclass: an instance as it is, None as ``cls()``, a mapping (a config
+    node such as ``model.gnn``) or another settings instance (a :class:`LossWeights` for the GLM's
+    :class:`~glmrag.models.glm_module.GLMLossWeights`) by its fields, missing ones at ``cls``'s defaults; a key
+    that is not a field of ``cls`` is a TypeError naming ``key`` and the fields."""
     if isinstance(value, cls):
         return value
     if value is None:
-        return cls() if default is None else default
+        return cls()
+    if is_dataclass(value) and not isinstance(value, type):
+        value = asdict(value)
     if not isinstance(value, Mapping):
         raise TypeError(f"{key} must be a mapping of the fields of {cls.__name__}, got {value!r}")
-    given = plain_container(value)
-    if default is not None:
-        given = {f.name: getattr(default, f.name) for f in fields(default)} | given
-    return settings_from(cls, given, f"{key} has unknown key(s)")
+    return settings_from(cls, plain_container(value), f"{key} has unknown key(s)")
 
 
 def prior_settings(value: PriorSettings | Mapping[str, Any] | None) -> PriorSettings | None:
@@ -94,11 +92,11 @@ def prior_settings(value: PriorSettings | Mapping[str, Any] | None) -> PriorSett
     return None if value is None else typed_settings(PriorSettings, value, "model.prior")
 
 
-@dataclass(frozen=True)
+@dataclass
 class LossWeights:
     """GFM-RAG's loss, :func:`~glmrag.models.losses.gfm_rag_loss`: ``bce_weight`` x weighted BCE +
     ``listce_weight`` x ListCE. Defaults GFM-RAG's (GLM-RAG Table 14, alpha = 0.3); the GLM's are
-    :data:`~glmrag.models.glm_module.GLM_LOSS`."""
+    :class:`~glmrag.models.glm_module.GLMLossWeights`."""
 
     bce_weight: float = 0.3
     """Weight of the weighted BCE (GLM-RAG Table 14: 0.3 for GFM-RAG; App. B: 0.44 for the GLM)."""
@@ -130,7 +128,7 @@ class LossWeights:
         return {"bce_weight": self.bce_weight, "listce_weight": self.listce_weight, "temperature": self.temperature}
 
 
-@dataclass(frozen=True)
+@dataclass
 class Evaluation:
     """How validation and test rank and score passages (the evaluator's ranker and metrics)."""
 
@@ -149,7 +147,7 @@ class Evaluation:
         ks = tuple(sorted({int(k) for k in self.ks}))  # a plain tuple (not a Hydra ListConfig) in the checkpoint
         if 2 not in ks:
             raise ValueError(f"evaluation.ks must include 2 (val/{BEST_METRIC}_best is tracked), got {ks}")
-        object.__setattr__(self, "ks", ks)
+        self.ks = ks
         if isinstance(self.top_entities, bool) or not isinstance(self.top_entities, int) or self.top_entities < 1:
             raise ValueError(f"model.evaluation.top_entities={self.top_entities!r}: must be an integer >= 1")
 

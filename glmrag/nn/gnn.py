@@ -35,7 +35,7 @@ SIZE_BOUNDS = {"num_layers": 64, "hidden_channels": 65536}
 capacity-matched pairs of Table 18). ``num_layers=1000000`` built for 110 s at 2.3 GB and more without a word."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class GNNConfig:
     """Sizes and variant of a :class:`QueryGNN`."""
 

@@ -60,10 +60,10 @@ def test_settings_validate_and_key():
         == "h1-t50-linear-notext-noeos-nearest-s3"
     )
     assert SubgraphSettings(position_mode="path").key() == SubgraphSettings().key()  # positions are not stored ...
-    stored = SubgraphSettings(position_mode="path", precompute=True).key()
+    stored = SubgraphSettings(position_mode="path").key(precompute=True)
     assert stored == "h2-t600-graph-text-eos-last-pos-path-s0"  # ... unless precomputed
     bad_values = [{"layout": "tree"}, {"position_mode": "global"}, {"max_hops": -1}, {"use_text": "yes"}]
-    bad_values += [{"position_conflict": "first"}, {"question_eos": 1}, {"precompute": "no"}]
+    bad_values += [{"position_conflict": "first"}, {"question_eos": 1}]
     for bad in bad_values:
         with pytest.raises(ValueError, match=next(iter(bad))):
             SubgraphSettings(**bad)
@@ -187,8 +187,8 @@ def test_collate_rejects_bad_arguments():
 
 @pytest.mark.parametrize("mode", ["triple", "path"])
 def test_precomputed_positions_collate_to_the_same_batch(chain, tok, mode):
-    settings = SubgraphSettings(position_mode=mode, precompute=True)
-    stored = question_record(chain, question(), "toy", tok, settings, EMB)
+    settings = SubgraphSettings(position_mode=mode)
+    stored = question_record(chain, question(), "toy", tok, settings, EMB, precompute=True)
     plain = question_record(chain, question(), "toy", tok, SubgraphSettings(position_mode=mode), EMB)
     assert stored["relative_position"].dtype == np.int16 and stored["kind"].dtype == np.int8
     (back,) = pa.Table.from_pylist([stored], schema=record_schema(True)).to_pylist()  # through Arrow

@@ -354,7 +354,7 @@ def test_config_builds_the_datamodule_with_the_models_subgraph_settings(index_co
     assert dm.settings == SubgraphSettings(2, 600, "linear", False, "path", 4, False, "nearest")
     assert dm.cache_dir.name == "glm_chunks"
     assert hp.num_workers is None and dm.num_workers >= 1 and not hp.precompute
-    assert hp.subgraph | {"precompute": False} == dm.settings.as_dict()  # every field, plain
+    assert hp.subgraph == dm.settings.as_dict()  # every field, plain
 
 
 def test_constructor_rejects_bad_values(index_config):
@@ -362,8 +362,10 @@ def test_constructor_rejects_bad_values(index_config):
         SubgraphDataModule(["musique100"], index_config(), subgraph={"layout": "tree"})
     with pytest.raises(TypeError, match=r"subgraph has unknown key\(s\) \['max_triplet'\]"):
         SubgraphDataModule(["musique100"], index_config(), subgraph={"max_triplet": 5})
-    with pytest.raises(TypeError, match="precompute is the DataModule's own argument"):
+    with pytest.raises(TypeError, match=r"unknown key\(s\) \['precompute'\]"):  # the DataModule's own argument
         SubgraphDataModule(["musique100"], index_config(), subgraph={"precompute": True})
+    with pytest.raises(ValueError, match="datamodule.precompute"):
+        SubgraphDataModule(["musique100"], index_config(), precompute="yes")
     with pytest.raises(ValueError, match="distinct"):
         SubgraphDataModule(["toy", "toy"], index_config())
 

@@ -17,7 +17,7 @@ from glmrag.models.checkpointing import (
     HPARAMS_LAYOUT_KEY,
     CheckpointLayoutError,
 )
-from glmrag.models.glm_module import GLM_LOSS, GLMConfig, GLMRetrieverModule, LearningRates
+from glmrag.models.glm_module import GLMConfig, GLMLossWeights, GLMRetrieverModule, LearningRates
 from glmrag.models.gnn_module import GNNRetrieverModule, KGCSettings
 from glmrag.models.retriever_module import Evaluation, LossWeights
 from glmrag.nn.gnn import GNNConfig
@@ -65,8 +65,9 @@ def test_the_glm_gets_dataclasses_and_its_own_loss_defaults():
     assert module.config == GLMConfig(encoder_config=T5_TINY, tokenizer=DEFAULT_MODEL, question_dim=16)
     assert module.settings == SubgraphSettings(max_triplets=30)
     # a partial loss node keeps the GLM's weights (App. B), not GFM-RAG's
-    assert module.loss_weights == LossWeights(bce_weight=0.44, listce_weight=0.56, temperature=0.5)
-    assert tiny_glm().loss_weights == GLM_LOSS
+    assert module.loss_weights == GLMLossWeights(temperature=0.5)
+    default = tiny_glm().loss_weights
+    assert (default.bce_weight, default.listce_weight, default.temperature) == (0.44, 0.56, 0.2)
     groups = {g["name"]: g["lr"] for g in module.parameter_groups()}
     assert groups == {"backbone": 1e-4, "head": 1e-3}
     assert GLMConfig(encoder="t5-small").tokenizer == "t5-small"  # the T5's own tokenizer by default
@@ -99,7 +100,10 @@ def test_a_learning_rate_that_is_not_a_finite_number_is_refused(value):
     ("build", "message"),
     [
         (lambda: GNNRetrieverModule(gnn={"hiden_channels": 8}), r"model.gnn has unknown key\(s\) \['hiden_channels'\]"),
-        (lambda: GNNRetrieverModule(subgraph={"layout": "linear"}), r"a GNN reads only max_hops, max_triplets, seed"),
+        (
+            lambda: GNNRetrieverModule(subgraph={"layout": "linear"}),
+            r"model.subgraph has unknown key\(s\) \['layout'\]",
+        ),
         (
             lambda: GNNRetrieverModule(loss={"bce_weight": -1}),
             r"model.loss.bce_weight=-1: must be a finite number >= 0",
@@ -113,7 +117,7 @@ def test_a_learning_rate_that_is_not_a_finite_number_is_refused(value):
         (lambda: GNNRetrieverModule(prior={"kind": "dense"}), r"prior.kind must be one of"),
         (lambda: GNNRetrieverModule(evaluation={"ks": [1, 5]}), r"evaluation.ks must include 2"),
         (lambda: tiny_glm(lr={"bucket": "head"}), r"model.lr has unknown key\(s\) \['bucket'\]"),
-        (lambda: tiny_glm(subgraph={"precompute": True}), r"set datamodule.precompute"),
+        (lambda: tiny_glm(subgraph={"precompute": True}), r"model.subgraph has unknown key\(s\) \['precompute'\]"),
         (lambda: GLMRetrieverModule(glm={"attention": "sparse"}), r"glm.attention must be one of"),
     ],
 )
@@ -150,7 +154,6 @@ def test_the_yaml_nodes_become_the_modules_dataclasses(train_config):
     [
         (["+model.gnn.hiden=3"], r"model.gnn has unknown key\(s\) \['hiden'\]"),
         (["+model.kgc.negatives=3"], r"model.kgc has unknown key\(s\) \['negatives'\]"),
-        (["experiment=glm_demo", "+model.subgraph.precompute=true"], r"set datamodule.precompute"),
         (["experiment=glm_demo", "model.glm.backend=triton"], r"glm.backend must be one of"),
         (["model.loss.bce_weight=0", "model.loss.listce_weight=0"], r"passage_weight are all 0"),
     ],
