@@ -63,7 +63,7 @@ def test_eval_script_on_musique_subset(cache, tmp_path):
     assert set(metrics["overall"]) == {"dense", "ppr"}
     # filed under the run name, which names the overrides that change results (not output_dir, results_dir)
     stored = [p.parent.name for p in (tmp_path / "results").glob("*/metrics.json")]
-    assert stored == ["eval-musique100-limit=20_split=test_n_boot=200"]
+    assert stored == ["eval-musique100-limit@20+split@test+n_boot@200"]
 
 
 def _scripted_reader(monkeypatch, llm):

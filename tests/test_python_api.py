@@ -84,7 +84,7 @@ def test_train_runs_the_training_job_and_returns_the_run(tiny_musique, glmrag_ca
         f"results_dir={tmp_path / 'r'}",
     ]
     run = glmrag.train(overrides)
-    assert run.run_name == "gfm_rag_plus_demo-musique_tiny-hidden_channels=8,num_layers=1,max_epochs=1"
+    assert run.run_name == "gfm_rag_plus_demo-musique_tiny-hidden_channels@8+num_layers@1+max_epochs@1"
     assert run.best_checkpoint is not None and run.best_checkpoint.parent == tmp_path / "ck"
     assert run.best_checkpoint.is_file() and "val/recall@2" in run.metrics and run.evals == {}
     assert [p.parent for p in run.stored] == [tmp_path / "r"]

@@ -9,6 +9,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 import glmrag.jobs.config_path  # noqa: F401  (registers the resolver, as train.py's import of glmrag does)
@@ -32,10 +33,10 @@ def run_name(config: str, overrides: list[str]) -> str:
     ("overrides", "name"),
     [
         (["experiment=demo"], "gfm_rag_plus_demo-musique100"),
-        (["experiment=demo", "model.gnn.hidden_channels=32"], "gfm_rag_plus_demo-musique100-hidden_channels=32"),
+        (["experiment=demo", "model.gnn.hidden_channels=32"], "gfm_rag_plus_demo-musique100-hidden_channels@32"),
         (
             ["experiment=demo", "data.limit=20", "logger=[csv,wandb]", "output_dir=/tmp/x"],
-            "gfm_rag_plus_demo-musique100-limit=20",
+            "gfm_rag_plus_demo-musique100-limit@20",
         ),
         (["experiment=demo", "trainer=cpu", "study=mine"], "gfm_rag_plus_demo-musique100"),
     ],
@@ -45,17 +46,17 @@ def test_train_run_names_show_what_differs(overrides, name):
 
 
 def test_eval_run_names_and_folder_safe_values():
-    assert run_name("eval", ["data=toy", "retriever=[ppr]"]) == "eval-toy-retriever=ppr"
-    assert run_suffix(["+model.t5=/models/t5 small", "data.split=test"]) == "-t5=_models_t5_small,split=test"
+    assert run_name("eval", ["data=toy", "retriever=[ppr]"]) == "eval-toy-retriever@ppr"
+    assert run_suffix(["+model.t5=/models/t5 small", "data.split=test"]) == "-t5@_models_t5_small+split@test"
     assert run_suffix([]) == ""
 
 
 def test_a_data_file_is_named_by_its_stem():
     """A run on data.questions=/home/me/data/dev.json was named ...questions=_home_me_data_dev.json."""
     assert run_suffix(["data.questions=/home/me/data/dev.json", "data.corpus=corpus.json.xz"]) == (
-        "-questions=dev,corpus=corpus"
+        "-questions@dev+corpus@corpus"
     )
-    assert run_suffix(["data.root=/shared/data", "data.limit=20"]) == "-root=data,limit=20"
+    assert run_suffix(["data.root=/shared/data", "data.limit=20"]) == "-root@data+limit@20"
 
 
 def test_long_suffixes_stay_folder_names():
@@ -65,16 +66,16 @@ def test_long_suffixes_stay_folder_names():
         for c, w in [("s", 16), ("b", 32)]
     ]
     long = run_suffix([*overrides, "+trainer.limit_train_batches=2", "index.embed_model=offline:all-MiniLM-L6-v2"])
-    assert len(long) == MAX_SUFFIX and long.startswith("-encoder_config=_d_model_16")
+    assert len(long) == MAX_SUFFIX and long.startswith("-encoder_config@_d_model_16")
     other = run_suffix([*overrides, "+trainer.limit_train_batches=3", "index.embed_model=offline:all-MiniLM-L6-v2"])
     assert other != long and other[:-8] == long[:-8]  # the same start, another hash
-    assert run_suffix(["model.dropout=0.1"]) == "-dropout=0.1"  # short ones unchanged
+    assert run_suffix(["model.dropout=0.1"]) == "-dropout@0.1"  # short ones unchanged
 
 
 def test_which_steps_run_does_not_name_a_run():
     """evaluate / test / quiet choose which steps of a job run, not what a model measures: the same model
     trained with evaluate=false is the same run (benchmarks/train_2wiki_cpu.sh evaluates separately)."""
-    assert run_suffix(["evaluate=false", "test=false", "quiet=true", "trainer.max_epochs=2"]) == "-max_epochs=2"
+    assert run_suffix(["evaluate=false", "test=false", "quiet=true", "trainer.max_epochs=2"]) == "-max_epochs@2"
 
 
 def _resume_config(checkpoints: Path, run_name: str):
@@ -97,27 +98,44 @@ def _checkpoint(path: Path, age: float) -> Path:
 
 
 def test_a_resume_with_more_epochs_finds_the_run_it_extends(tmp_path, caplog):
-    """``trainer.max_epochs=8 ckpt_path=last`` names the run ...-max_epochs=8: it must resume the run started
+    """``trainer.max_epochs=8 ckpt_path=last`` names the run ...-max_epochs@8: it must resume the run started
     with max_epochs=4 (or the default), not start afresh in silence; a run with another setting is not it."""
     runs = tmp_path / "checkpoints"
-    old = _checkpoint(runs / "gnn-musique100-limit=8,max_epochs=4" / "a" / "last.ckpt", age=200)
-    _checkpoint(runs / "gnn-musique100-limit=8,hidden_channels=32" / "b" / "last.ckpt", age=10)  # another model
-    _checkpoint(runs / "gnn-musique100-limit=16" / "c" / "last.ckpt", age=10)  # other data
+    old = _checkpoint(runs / "gnn-musique100-limit@8+max_epochs@4" / "a" / "last.ckpt", age=200)
+    _checkpoint(runs / "gnn-musique100-limit@8+hidden_channels@32" / "b" / "last.ckpt", age=10)  # another model
+    _checkpoint(runs / "gnn-musique100-limit@16" / "c" / "last.ckpt", age=10)  # other data
     with caplog.at_level("WARNING"):
-        resumed = resume_folder(_resume_config(runs, "gnn-musique100-limit=8,max_epochs=8"))
+        resumed = resume_folder(_resume_config(runs, "gnn-musique100-limit@8+max_epochs@8"))
     assert resumed.ckpt_path == str(old) and resumed.checkpoint_dir == str(old.parent)
-    assert "no checkpoint of run gnn-musique100-limit=8,max_epochs=8; resuming" in caplog.text
-    default = _checkpoint(runs / "gnn-musique100-limit=8" / "d" / "last.ckpt", age=100)  # default epochs, newer
-    assert resume_folder(_resume_config(runs, "gnn-musique100-limit=8,max_epochs=8")).ckpt_path == str(default)
-    own = _checkpoint(runs / "gnn-musique100-limit=8,max_epochs=8" / "e" / "last.ckpt", age=300)  # its own name
-    assert resume_folder(_resume_config(runs, "gnn-musique100-limit=8,max_epochs=8")).ckpt_path == str(own)
+    assert "no checkpoint of run gnn-musique100-limit@8+max_epochs@8; resuming" in caplog.text
+    default = _checkpoint(runs / "gnn-musique100-limit@8" / "d" / "last.ckpt", age=100)  # default epochs, newer
+    assert resume_folder(_resume_config(runs, "gnn-musique100-limit@8+max_epochs@8")).ckpt_path == str(default)
+    own = _checkpoint(runs / "gnn-musique100-limit@8+max_epochs@8" / "e" / "last.ckpt", age=300)  # its own name
+    assert resume_folder(_resume_config(runs, "gnn-musique100-limit@8+max_epochs@8")).ckpt_path == str(own)
 
 
 def test_nothing_to_resume_is_said_loudly(tmp_path, caplog):
     runs = tmp_path / "checkpoints"
-    _checkpoint(runs / "gnn-musique100-limit=8,hidden_channels=32" / "b" / "last.ckpt", age=10)
+    _checkpoint(runs / "gnn-musique100-limit@8+hidden_channels@32" / "b" / "last.ckpt", age=10)
     with caplog.at_level("WARNING"):
-        fresh = resume_folder(_resume_config(runs, "gnn-musique100-limit=8,max_epochs=8"))
+        fresh = resume_folder(_resume_config(runs, "gnn-musique100-limit@8+max_epochs@8"))
     assert fresh.ckpt_path is None
     (record,) = [r for r in caplog.records if "NOTHING TO RESUME" in r.getMessage()]
-    assert record.levelname == "WARNING" and "gnn-musique100-limit=8,max_epochs=8" in record.getMessage()
+    assert record.levelname == "WARNING" and "gnn-musique100-limit@8+max_epochs@8" in record.getMessage()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["experiment=glm_demo", "trainer.max_epochs=2"],
+        ["experiment=demo", "model.optimizer.lr=1e-3", "data.limit=8", "model.evaluation.ks=[1,2,5]"],
+        ["experiment=demo", "model.gnn.dropout=0.1", "+model.note=a:b", "seed=3"],
+    ],
+)
+def test_a_printed_checkpoint_path_goes_back_into_the_command_line(overrides, tmp_path):
+    """``ckpt_path=checkpoints/<run name>/<time>/<file>``, pasted unquoted, is read back as that path: a name
+    holding ``=`` or ``,`` was a Hydra parse error (``mismatched input '='``) that named no key."""
+    path = f"checkpoints/{run_name('train', overrides)}/2026-12-06_23-00-00/epoch01-recall2_0.2417.ckpt"
+    for key in ("ckpt_path", "model.init_from", "results_dir"):
+        (parsed,) = OverridesParser.create().parse_overrides([f"{key}={path}"])
+        assert parsed.value() == path, key

@@ -55,8 +55,9 @@ def run_record(result: EvalResult | None, run: dict[str, Any], trainer: dict[str
 
 
 def _safe_id(run_id: str) -> str:
-    """A folder name: path separators and other odd characters become ``_``."""
-    return re.sub(r"[^A-Za-z0-9._@+=-]", "_", run_id).lstrip(".") or "run"
+    """A folder name that goes back into a command line unquoted (``results_dir=``): path separators, Hydra's
+    special characters (``=``, ``,``, ``:``, brackets) and other odd ones become ``_``."""
+    return re.sub(r"[^A-Za-z0-9._@+-]", "_", run_id).lstrip(".") or "run"
 
 
 def write_run(results_dir: str | os.PathLike[str], run_id: str, record: dict, config_yaml: str) -> Path:

@@ -45,7 +45,12 @@ def config_dir() -> Path:
 
 NAMED_KEYS = ("experiment", "data", "data.name", "model_name", "eval_study", "trainer", "callbacks")
 """Override keys (whole) a run name already shows (experiment, dataset) or that change no result (the device)."""
-_UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]+")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+"""What a key or value keeps in a run name: none of Hydra's special characters (``=``, ``,``, brackets, ``:``) or
+the shell's, so a printed path goes back into a command line unquoted."""
+SEPARATORS = ("@", "+")
+"""How a run name joins a key to its value and one part to the next: ``...-max_epochs@2+lr@0.001``. Both are
+plain characters in Hydra's override grammar and in a shell word."""
 _FILE = re.compile(r"/|\.[A-Za-z]\w*$")
 """A data value that names a file or folder (a path, or a name with an extension): the run name keeps its stem."""
 _COMPRESSED = re.compile(r"\.(xz|gz|bz2|zst)$")
@@ -61,9 +66,11 @@ MAX_SUFFIX = 120
 
 
 def run_suffix(overrides: list[str]) -> str:
-    """``-hidden_channels=32,max_epochs=3`` for the overrides that change what a run measures; ``""`` if none.
+    """``-hidden_channels@32+max_epochs@3`` for the overrides that change what a run measures; ``""`` if none.
 
-    Each override is named by the last part of its key; a value is made folder-safe. A suffix longer than
+    Each override is named by the last part of its key; a value keeps only letters, digits, ``.``, ``_`` and
+    ``-`` (anything else becomes ``_``), so the name, and a path holding it, can be passed back unquoted as
+    ``ckpt_path=`` or ``results_dir=`` (:data:`SEPARATORS`). A suffix longer than
     :data:`MAX_SUFFIX` keeps its start and ends in 8 hex digits of a hash of the whole, so distinct runs keep
     distinct names; the store entry lists every override (``run.overrides``).
     """
@@ -75,8 +82,8 @@ def run_suffix(overrides: list[str]) -> str:
         value = override.partition("=")[2].strip("[]")
         if key.startswith("data.") and _FILE.search(value):  # data.questions=/home/me/dev.json: "dev"
             value = Path(_COMPRESSED.sub("", value)).stem
-        parts.append(_UNSAFE.sub("_", f"{key.split('.')[-1]}={value}"))
-    suffix = "-" + ",".join(parts) if parts else ""
+        parts.append(SEPARATORS[0].join(_UNSAFE.sub("_", p) for p in (key.split(".")[-1], value)))
+    suffix = "-" + SEPARATORS[1].join(parts) if parts else ""
     if len(suffix) > MAX_SUFFIX:
         digest = hashlib.sha256(suffix.encode()).hexdigest()[:8]
         suffix = f"{suffix[: MAX_SUFFIX - 10]}..{digest}"

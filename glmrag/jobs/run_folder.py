@@ -17,6 +17,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from glmrag.io import LockTimeout, file_lock, local_checkpoint
+from glmrag.jobs.config_path import SEPARATORS
 from glmrag.models.checkpointing import whole_checkpoint
 
 log = logging.getLogger(__name__)
@@ -61,13 +62,15 @@ def last_run_folder(checkpoint_dir: str) -> Path | None:
 
 
 def _name_parts(name: str, prefix: str) -> frozenset[str] | None:
-    """The ``key=value`` parts of run name ``name`` after ``prefix`` (:func:`~glmrag.jobs.config_path.run_suffix`),
+    """The ``key@value`` parts of run name ``name`` after ``prefix`` (:func:`~glmrag.jobs.config_path.run_suffix`),
     those of :data:`LENGTH_PARTS` left out; None when ``name`` is not ``prefix`` with a suffix."""
     if name == prefix:
         return frozenset()
     if not name.startswith(f"{prefix}-"):
         return None
-    return frozenset(p for p in name[len(prefix) + 1 :].split(",") if p.partition("=")[0] not in LENGTH_PARTS)
+    key_value, between = SEPARATORS
+    parts = name[len(prefix) + 1 :].split(between)
+    return frozenset(p for p in parts if p.partition(key_value)[0] not in LENGTH_PARTS)
 
 
 def extended_runs(cfg: DictConfig) -> list[Path]:
