@@ -232,6 +232,22 @@ def evaluate(
             bfs_cutoff=bd.BFS_CUTOFF,
             density_hops=bd.DENSITY_HOPS,
         ),
+        warnings=[w for system, rankings in aligned.items() if (w := unranked_warning(system, rankings))],
+    )
+
+
+def unranked_warning(system: str, rankings: Sequence[Ranking]) -> str | None:
+    """A warning when ``system`` ranked no question: every question's passage scores are tied or not finite,
+    so its order is the order it listed passages in, and its row measures nothing (None otherwise). One question
+    like that is no sign (no seed entity, no shared word); all of them are a broken or untrained model."""
+    for ranking in rankings:
+        scores = np.asarray(ranking.passage_scores, dtype=float)
+        finite = scores[np.isfinite(scores)]
+        if len(finite) and finite.max() > finite.min():
+            return None
+    return (
+        f"{system}: every question's passage scores are tied or not finite, so its passages are in no ranked "
+        "order and its row measures nothing; check the model or its checkpoint"
     )
 
 

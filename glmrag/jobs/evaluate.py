@@ -269,7 +269,7 @@ def _run_eval(cfg: DictConfig, warnings: list[str], output_dir: Path) -> EvalRes
     ranked = rank_all(cfg, retrievers, questions, index, dataset.corpus, output_dir / RANKINGS_FILE)
     answered = answer_all(cfg, retrievers, ranked.rankings, questions, index, dataset.corpus)
     result = score(cfg, ranked.rankings, questions, index, answered.answers)
-    result.warnings = warnings
+    result.warnings = [*warnings, *result.warnings]  # the job's, then the evaluator's (unranked systems)
     result.ms_per_question, result.setup_seconds = ranked.ms_per_question, ranked.setup_seconds
     result.data_split, result.train_overlap, result.overlap_unchecked = split, overlap, unchecked
     result.ranking_depth = None if cfg.top_k is None or cfg.top_k >= len(dataset.corpus) else cfg.top_k

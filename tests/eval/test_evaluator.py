@@ -157,3 +157,15 @@ def test_markers_for_significant_differences(index_factory):
     assert "| bad | 0.0 [0.0, 0.0]\\*\\* | 100.0 [100.0, 100.0] |" in format_markdown(res)
     flipped = evaluate({"good": good, "bad": bad}, questions, index, ks=(2, 5), reference="bad", n_boot=1000)
     assert "| good | 100.0 [100.0, 100.0]† |" in format_markdown(flipped)
+
+
+@pytest.mark.parametrize("score", [0.0, float("nan"), float("-inf")], ids=["tied", "nan", "-inf"])
+def test_a_system_that_ranks_nothing_is_named_above_the_table(index, questions, score):
+    """Scores all tied or not finite in every question: the order is the listing order, not a ranking (an
+    untrained or broken model); the table says so. Tied scores in one question only are no sign."""
+    flat = [Ranking(r.question_id, r.passage_ids, [score] * len(r.passage_ids)) for r in rank(DENSE, False)]
+    result = evaluate({"glm": rank(GLM, False), "flat": flat}, questions, index, reference="glm", n_boot=50)
+    assert len(result.warnings) == 1 and result.warnings[0].startswith("flat: every question's passage scores")
+    assert format_markdown(result).startswith(f"**{result.warnings[0]}**")
+    one_tied = [*flat[:1], *rank(DENSE, False)[1:]]
+    assert evaluate({"glm": rank(GLM, False), "dense": one_tied}, questions, index, n_boot=50).warnings == []
