@@ -233,8 +233,9 @@ class SubgraphDataModule(KGDataModule):
             train = split_name == "train_split"
             ids = [q.id for q in questions]
             chunking = hp.shard_size, hp.write_workers
-            records = hp.precompute, hp.tokenizer, vocab_size, hp.embed_model
-            key = split_key(index, self.settings, *records, ids, train, *chunking)
+            key = split_key(
+                index, self.settings, hp.precompute, hp.tokenizer, vocab_size, hp.embed_model, ids, train, *chunking
+            )
             yield split_name, questions, self.cache_dir / key / name / split
 
     def prepare_data(self) -> None:
@@ -367,5 +368,6 @@ class QuestionRecords:
         self.tokenizer, self.settings, self.precompute, self.embeddings = tokenizer, settings, precompute, embeddings
 
     def __call__(self, i: int) -> dict[str, Any]:
-        q, emb = self.questions[i], self.embeddings[self.questions[i].id].numpy()
+        q = self.questions[i]
+        emb = self.embeddings[q.id].numpy()
         return question_record(self.index, q, self.kg, self.tokenizer, self.settings, emb, self.precompute)

@@ -40,7 +40,19 @@ GROUP = "schema"
 
 
 @dataclass
-class GNNModuleConfig:
+class RetrieverModuleConfig:
+    """The arguments both retriever modules take (:class:`~glmrag.models.retriever_module.RetrieverModule`)."""
+
+    _target_: str = MISSING  # first in a composed node; each module's config sets it
+    evaluation: Evaluation = field(default_factory=Evaluation)
+    prior: Any = None
+    embed_model: str = DEFAULT_MODEL
+    optimizer: Any = None
+    scheduler: Any = None
+
+
+@dataclass
+class GNNModuleConfig(RetrieverModuleConfig):
     """``model`` of a GNN retriever: the arguments of :class:`~glmrag.models.gnn_module.GNNRetrieverModule`."""
 
     _target_: str = "glmrag.models.gnn_module.GNNRetrieverModule"
@@ -48,17 +60,12 @@ class GNNModuleConfig:
     subgraph: GNNSubgraph = field(default_factory=GNNSubgraph)
     loss: LossWeights = field(default_factory=LossWeights)
     kgc: KGCSettings = field(default_factory=KGCSettings)
-    evaluation: Evaluation = field(default_factory=Evaluation)
-    prior: Any = None
     stage: str = "qa"
-    embed_model: str = DEFAULT_MODEL
     init_from: Optional[str] = None  # noqa: UP045 (OmegaConf reads typing's Optional)
-    optimizer: Any = None
-    scheduler: Any = None
 
 
 @dataclass
-class GLMModuleConfig:
+class GLMModuleConfig(RetrieverModuleConfig):
     """``model`` of the GLM retriever: the arguments of :class:`~glmrag.models.glm_module.GLMRetrieverModule`."""
 
     _target_: str = "glmrag.models.glm_module.GLMRetrieverModule"
@@ -66,11 +73,6 @@ class GLMModuleConfig:
     subgraph: SubgraphSettings = field(default_factory=SubgraphSettings)
     loss: GLMLossWeights = field(default_factory=GLMLossWeights)
     lr: LearningRates = field(default_factory=LearningRates)
-    evaluation: Evaluation = field(default_factory=Evaluation)
-    prior: Any = None
-    embed_model: str = DEFAULT_MODEL
-    optimizer: Any = None
-    scheduler: Any = None
 
 
 @dataclass

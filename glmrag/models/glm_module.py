@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -256,8 +256,8 @@ class GLMRetrieverModule(RetrieverModule):
         theirs = getattr(dm, "settings", None)
         if isinstance(theirs, SubgraphSettings):
             ours = self.subgraph_settings()
-            for name in (f.name for f in fields(SubgraphSettings)):
-                if getattr(theirs, name) != getattr(ours, name):
+            for name, value in asdict(ours).items():
+                if getattr(theirs, name) != value:
                     raise ValueError(
                         f"the DataModule has {name}={getattr(theirs, name)!r} but the model {getattr(ours, name)!r}; "
                         "build the DataModule with subgraph=model.hparams.subgraph (train.py passes model.subgraph)"
