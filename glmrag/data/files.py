@@ -119,7 +119,7 @@ def _candidates(questions: Path | None) -> list[tuple[str, str]]:
         return []
     first = records[0] if isinstance(records[0], dict) else {}
     has = [key for key in first if first.get(key) is not None]
-    label = f"question 0 has {', '.join(map(repr, has[:8]))}"
+    label = f"question 1 has {', '.join(map(repr, has[:8]))}"
     if "paragraphs" in first or "contexts" in first:
         return [("hipporag", f"{label} (MuSiQue shape)"), ("musique", f"{label} (MuSiQue shape)")]
     if "supporting_facts" in first and "context" in first:

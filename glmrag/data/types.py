@@ -195,7 +195,8 @@ class Dataset:
 
 
 class DataFormatError(ValueError):
-    """A malformed input file: names the file, the record and what was expected."""
+    """A malformed input file: names the file, the record and what was expected. Records are counted from 1
+    (``question 4`` is the fourth question object: line 4 of a JSON Lines file without blank lines)."""
 
     def __init__(self, path: str, record: str, problem: str, expected: str) -> None:
         self.path, self.record, self.problem, self.expected = path, record, problem, expected

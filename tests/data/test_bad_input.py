@@ -110,7 +110,7 @@ def test_missing_required_field(tmp_path):
     del q["paragraphs"]
     path = write(tmp_path, "musique_train.json", [musique_q(), q])
     assert message(lambda: load_musique(path)) == (
-        f"{path}: question 1 (id '2hop__17_18'): has no 'paragraphs'; "
+        f"{path}: question 2 (id '2hop__17_18'): has no 'paragraphs'; "
         "expected a list of {title, paragraph_text, is_supporting}"
     )
 
@@ -120,7 +120,7 @@ def test_wrong_field_type(tmp_path):
     q["paragraphs"][1]["is_supporting"] = "no"
     path = write(tmp_path, "musique_train.json", [q])
     assert message(lambda: load_musique(path)) == (
-        f"{path}: question 0 (id '2hop__1_2') paragraph 1: has 'is_supporting' as a string; "
+        f"{path}: question 1 (id '2hop__1_2') paragraph 2: has 'is_supporting' as a string; "
         "expected is_supporting as true/false"
     )
 
@@ -128,7 +128,7 @@ def test_wrong_field_type(tmp_path):
 def test_wrong_record_type(tmp_path):
     path = write(tmp_path, "dev.json", [hotpot_q(), ["not", "an", "object"]])
     msg = message(lambda: load_hotpotqa(path))
-    assert msg.startswith(f"{path}: question 1: is a list; expected a question object")
+    assert msg.startswith(f"{path}: question 2: is a list; expected a question object")
 
 
 def test_empty_corpus(tmp_path):
@@ -151,8 +151,8 @@ def test_duplicate_title_with_different_text_in_contexts(tmp_path):
     other = hotpot_q("h2", context=[["A", ["A was born in 1850."]], ["B", ["B was born in 1901.", " B died."]]])
     path = write(tmp_path, "dev.json", [hotpot_q(), other])
     assert message(lambda: load_2wiki(path)) == (
-        f"{path}: question 1 (id 'h2') context 0: gives title 'A' a different text than "
-        "question 0 (id 'h1') context 0; expected one text per title, since this format names gold passages by title"
+        f"{path}: question 2 (id 'h2') context 1: gives title 'A' a different text than "
+        "question 1 (id 'h1') context 1; expected one text per title, since this format names gold passages by title"
     )
 
 
@@ -160,18 +160,18 @@ def test_duplicate_title_in_gfmrag_list_corpus(tmp_path):
     write(tmp_path, "raw/dataset_corpus.json", [{"title": "A", "text": "one"}, {"title": "A", "text": "two"}])
     write(tmp_path, "raw/train.json", [{"id": "1", "question": "Q?", "supporting_facts": ["A"]}])
     msg = message(lambda: load_gfmrag(tmp_path))
-    assert msg.startswith(f"{tmp_path / 'raw/dataset_corpus.json'}: passage 1: gives title 'A' a different text")
+    assert msg.startswith(f"{tmp_path / 'raw/dataset_corpus.json'}: passage 2: gives title 'A' a different text")
 
 
 def test_supporting_title_not_in_corpus_is_an_error_where_gold_must_resolve(tmp_path):
     write(tmp_path, "raw/dataset_corpus.json", {"A": "A was born in 1900."})
     train = write(tmp_path, "raw/train.json", [{"id": "q7", "question": "Q?", "supporting_facts": [["A", 0], "Z"]}])
     assert message(lambda: load_gfmrag(tmp_path, "train")) == (
-        f"{train}: question 0 (id 'q7'): has supporting title 'Z' that is not in dataset_corpus.json; "
+        f"{train}: question 1 (id 'q7'): has supporting title 'Z' that is not in dataset_corpus.json; "
         "expected supporting_facts titles that are keys of the corpus"
     )
     path = write(tmp_path, "dev.json", [hotpot_q(supporting_facts=[["A", 0], ["Z", 0]])])
-    assert "question 0 (id 'h1'): has supporting title 'Z' that is in neither" in message(lambda: load_hotpotqa(path))
+    assert "question 1 (id 'h1'): has supporting title 'Z' that is in neither" in message(lambda: load_hotpotqa(path))
 
 
 def test_hipporag_supporting_paragraph_not_in_corpus(tmp_path):
@@ -179,7 +179,7 @@ def test_hipporag_supporting_paragraph_not_in_corpus(tmp_path):
     path = write(tmp_path, "q.json", [musique_q()])
     msg = message(lambda: load_hipporag(path, corpus))
     assert msg.startswith(
-        f"{path}: question 0 (id '2hop__1_2'): has supporting paragraph 0 'Dune' that is not in c.json"
+        f"{path}: question 1 (id '2hop__1_2'): has supporting paragraph 1 'Dune' that is not in c.json"
     )
 
 
@@ -189,7 +189,7 @@ def test_question_without_context_is_counted_not_an_error(tmp_path):
     ds = load_2wiki(write(tmp_path, "dev.json", [hotpot_q(), no_context, resolvable]))
     assert [q.id for q in ds.qa] == ["h1", "h3"]
     assert ds.report.counts == {"question_without_context_dropped": 1, "question_without_context_resolved": 1}
-    assert ds.report.examples["question_without_context_dropped"] == ["question 1 (id 'h2'): 'Z' not in the corpus"]
+    assert ds.report.examples["question_without_context_dropped"] == ["question 2 (id 'h2'): 'Z' not in the corpus"]
 
 
 def test_sentence_index_out_of_range_is_counted(tmp_path):
@@ -201,14 +201,14 @@ def test_sentence_index_out_of_range_is_counted(tmp_path):
 def test_duplicate_question_ids(tmp_path):
     path = write(tmp_path, "dev.json", [hotpot_q("h1"), hotpot_q("h2"), hotpot_q("h1")])
     assert message(lambda: load_hotpotqa(path)) == (
-        f"{path}: question 2 (id 'h1'): repeats the id of question 0 (id 'h1'); expected a unique id per question"
+        f"{path}: question 3 (id 'h1'): repeats the id of question 1 (id 'h1'); expected a unique id per question"
     )
 
 
 def test_empty_question_text(tmp_path):
     path = write(tmp_path, "musique_train.json", [musique_q(question="   ")])
     assert message(lambda: load_musique(path)) == (
-        f"{path}: question 0 (id '2hop__1_2'): has an empty 'question'; expected a non-empty question string"
+        f"{path}: question 1 (id '2hop__1_2'): has an empty 'question'; expected a non-empty question string"
     )
 
 
@@ -216,12 +216,12 @@ def test_question_without_supporting_passage(tmp_path):
     q = musique_q(paragraphs=[para("Dune", "Dune was published by Chilton.", False)])
     path = write(tmp_path, "musique_train.json", [q])
     assert message(lambda: load_musique(path)) == (
-        f"{path}: question 0 (id '2hop__1_2'): has no paragraph with is_supporting true; "
+        f"{path}: question 1 (id '2hop__1_2'): has no paragraph with is_supporting true; "
         "expected at least one supporting paragraph"
     )
     path = write(tmp_path, "dev.json", [hotpot_q(supporting_facts=[])])
     assert message(lambda: load_hotpotqa(path)).startswith(
-        f"{path}: question 0 (id 'h1'): has an empty 'supporting_facts'"
+        f"{path}: question 1 (id 'h1'): has an empty 'supporting_facts'"
     )
 
 
@@ -229,7 +229,7 @@ def test_malformed_evidence_triple(tmp_path):
     corpus = write(tmp_path, "c.json", [{"title": "A", "text": "a"}])
     path = write(tmp_path, "q.json", [{"id": "x", "question": "Q?", "answer": "a", "evidence": [["A", "r"]]}])
     assert message(lambda: load_linearrag(path, corpus)) == (
-        f"{path}: question 0 (id 'x'): has evidence 0 = ['A', 'r']; "
+        f"{path}: question 1 (id 'x'): has evidence 1 = ['A', 'r']; "
         "expected a list of [head, relation, tail] string triples"
     )
 

@@ -163,7 +163,7 @@ def test_a_builtin_name_cannot_be_taken_and_bad_paths_are_named(tmp_path):
     with pytest.raises(ValueError, match="unknown data format 'hotpot'"):
         load_files("hotpot", questions=paths["questions"])
     bad = dump(tmp_path / "q.json", [{"id": "x", "question": "Q?", "supporting_titles": ["Paris"]}], lines=True)
-    with pytest.raises(DataFormatError, match=r"q.json: question 0 \(id 'x'\): has supporting title 'Paris'"):
+    with pytest.raises(DataFormatError, match=r"q.json: question 1 \(id 'x'\): has supporting title 'Paris'"):
         load_files("plain", questions=bad, corpus=paths["corpus"])
 
 

@@ -112,7 +112,7 @@ def test_a_title_shared_by_corpus_passages_is_settled_by_the_context(tmp_path):
     ds = load_hipporag(write(tmp_path, "q.json", [q]), corpus)
     assert ds.qa[0].supporting == (Passage.make("A", "Second A. Born 1900.").id,)
     q["context"] = [["A", ["Third A."]]]
-    with pytest.raises(DataFormatError, match=r"question 0 \(id 'h'\): has supporting title 'A' shared by 2 passages"):
+    with pytest.raises(DataFormatError, match=r"question 1 \(id 'h'\): has supporting title 'A' shared by 2 passages"):
         load_hipporag(write(tmp_path, "q.json", [q]), corpus)
 
 
@@ -122,7 +122,7 @@ def test_a_supporting_title_missing_from_the_corpus_names_file_and_record(tmp_pa
     with pytest.raises(DataFormatError) as e:
         load_hipporag(path, corpus)
     assert str(e.value).startswith(
-        f"{path}: question 1 (id '5a8c7595554299585d9e36b6'): "
+        f"{path}: question 2 (id '5a8c7595554299585d9e36b6'): "
         "has supporting title 'Kiss and Tell (1945 film)' that is not in mine_corpus.json"
     )
 
@@ -132,9 +132,9 @@ def test_a_wrong_format_names_the_file_the_record_and_the_format_that_reads_it()
     with pytest.raises(DataFormatError) as e:
         load_files("musique", hotpot)
     msg = str(e.value)
-    assert msg.startswith(f"{hotpot}: question 0 (id '5a8b57f25542995d1e6f1371'): has no 'paragraphs'")
+    assert msg.startswith(f"{hotpot}: question 1 (id '5a8b57f25542995d1e6f1371'): has no 'paragraphs'")
     assert msg.endswith(
-        f"{hotpot}: question 0 has '_id', 'answer', 'question', 'supporting_facts', 'context', "
+        f"{hotpot}: question 1 has '_id', 'answer', 'question', 'supporting_facts', 'context', "
         "'type', 'level' (HotpotQA shape): data.format=hotpotqa reads it"
     )
 

@@ -150,7 +150,7 @@ def test_2wiki_dev_drops_questions_without_context_and_keeps_accents():
     assert (len(ds.qa), len(ds.corpus)) == (164, 1294)
     assert ds.report.counts["question_without_context_dropped"] == 36
     assert ds.report.examples["question_without_context_dropped"][0].startswith(
-        "question 106 (id '13c1565a087311ebbd66ac1f6bf848b6')"
+        "question 107 (id '13c1565a087311ebbd66ac1f6bf848b6')"
     )
     pal = next(p for p in ds.corpus if p.title == "Pál Gábor")
     assert pal.text.startswith("Pál Gábor (2 November 1932 – 21 October 1987) was a Hungarian film director")

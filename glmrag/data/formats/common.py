@@ -2,8 +2,8 @@
 
 Every problem with an input file surfaces as a :class:`DataFormatError` that names
 the file, the record (``question 17 (id '2hop__...')``, ``line 3, column 9``) and
-what was expected there. Questions are numbered from 0 in file order; in JSON
-Lines files blank lines are skipped, so ``question i`` is the i-th record.
+what was expected there. Records are numbered from 1 in file order, as lines are (``question 4`` is the
+fourth record; JSON Lines files skip blank lines, so it is line 4 of a file without them).
 
 Files ending in ``.xz`` are decompressed transparently (the embedded datasets are
 stored that way); all text must be UTF-8.
@@ -234,7 +234,7 @@ def answers_of(rec: Record, required: bool = True, keys: tuple[str, ...] = ("ans
 def question_records(path: PathLike, record: str, id_keys: tuple[str, ...] = ("id", "_id")):
     """Yield ``(rec, id, question)`` for each record of a question file, ids checked unique, questions non-empty."""
     ids = QuestionIds()
-    for i, raw in enumerate(read_records(path, f"question objects {record}")):
+    for i, raw in enumerate(read_records(path, f"question objects {record}"), start=1):
         rec = Record(raw, path, f"question {i}", f"a question object {record}")
         qid = rec.with_id(id_keys)
         ids.check(qid, rec)
@@ -345,7 +345,7 @@ def read_title_text_corpus(path: PathLike, builder: CorpusBuilder, data: Any = N
             where = f"passage {title!r}"
             builder.add(title, _passage_text(value, path, where), path, where)
         return
-    for i, raw in enumerate(require_list(data, path, _CORPUS)):
+    for i, raw in enumerate(require_list(data, path, _CORPUS), start=1):
         rec = Record(raw, path, f"passage {i}", "a {title, text} passage")
         title = rec.get("title", str, "a title string")
         value = rec.get(("text", "paragraph_text", "sentences"), str | list, "a text string or a list of sentences")

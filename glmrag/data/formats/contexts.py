@@ -55,7 +55,7 @@ def _load_contexts(path: PathLike, name: str | None) -> Dataset:
     builder = CorpusBuilder(report, titles_are_ids=True)
     ids = QuestionIds()
     parsed = []
-    for i, raw in enumerate(read_records(path, "question objects {_id, question, answer, context, ...}")):
+    for i, raw in enumerate(read_records(path, "question objects {_id, question, answer, context, ...}"), start=1):
         rec = Record(raw, path, f"question {i}", _RECORD)
         qid = rec.with_id(("_id", "id"))
         ids.check(qid, rec)
@@ -88,7 +88,7 @@ def _read_context(rec: Record, builder: CorpusBuilder) -> dict[str, tuple[str, i
     """Add the record's paragraphs to the corpus; return title -> (passage id, #sentences)."""
     context = rec.get("context", list, _CONTEXT, required=False) or []
     out = {}
-    for j, pair in enumerate(context):
+    for j, pair in enumerate(context, start=1):
         where = f"{rec.label} context {j}"
         if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], list)):
             raise rec.error(f"has context {j} = {str(pair)[:80]}", _CONTEXT)
@@ -107,7 +107,7 @@ def read_facts(rec: Record) -> list[tuple[str, int]] | None:
     if not facts:
         raise rec.error("has an empty 'supporting_facts' list", _FACTS)
     out = []
-    for j, fact in enumerate(facts):
+    for j, fact in enumerate(facts, start=1):
         ok = isinstance(fact, list) and len(fact) == 2 and isinstance(fact[0], str)
         if not ok or not isinstance(fact[1], int) or isinstance(fact[1], bool):
             raise rec.error(f"has supporting fact {j} = {str(fact)[:80]}", "[title, sentence_index], index an integer")

@@ -73,7 +73,7 @@ def _fact_titles(rec: Record) -> list[str]:
     if not facts:
         raise rec.error("has an empty 'supporting_facts' list", _FACTS)
     titles = []
-    for j, fact in enumerate(facts):
+    for j, fact in enumerate(facts, start=1):
         if isinstance(fact, list) and fact and isinstance(fact[0], str):
             fact = fact[0]
         if not isinstance(fact, str):

@@ -49,9 +49,9 @@ def load_hipporag(questions_path: PathLike, corpus_path: PathLike, name: str | N
     corpus_name = Path(corpus_path).name
     ids = QuestionIds()
     questions = []
-    for i, raw in enumerate(read_records(questions_path, "question objects {id, question, answer, ...}")):
+    for i, raw in enumerate(read_records(questions_path, "question objects {id, question, answer, ...}"), start=1):
         rec = Record(raw, questions_path, f"question {i}", _RECORD)
-        qid = _question_id(rec, i, report)
+        qid = _question_id(rec, i - 1, report)
         ids.check(qid, rec)
         question = rec.text("question", "a non-empty question string")
         if rec.get("answerable", bool, "answerable as true/false", required=False) is False:
@@ -72,12 +72,13 @@ def load_hipporag(questions_path: PathLike, corpus_path: PathLike, name: str | N
     return Dataset(name or file_stem(questions_path), corpus, QASet(questions), report)
 
 
-def _question_id(rec: Record, i: int, report: IngestReport) -> str:
-    """``id`` or ``_id``; a record without either is numbered by its place in the file (counted)."""
+def _question_id(rec: Record, position: int, report: IngestReport) -> str:
+    """``id`` or ``_id``; a record without either gets id ``position`` (its place in the file from 0, as
+    HippoRAG numbers them; counted in the report)."""
     if rec.data.get("id") is None and rec.data.get("_id") is None:
         report.add("question_without_id", rec.label)
-        rec.label = f"{rec.label} (id '{i}')"
-        return str(i)
+        rec.label = f"{rec.label} (id '{position}')"
+        return str(position)
     return rec.with_id()
 
 
@@ -137,7 +138,7 @@ def _title_gold(rec: Record, by_title: dict[str, list[Passage]], corpus_name: st
 def _context(rec: Record) -> dict[str, list[str]]:
     """The record's ``context`` as title -> sentences (empty when absent)."""
     out: dict[str, list[str]] = {}
-    for j, pair in enumerate(rec.get("context", list, _CONTEXT, required=False) or []):
+    for j, pair in enumerate(rec.get("context", list, _CONTEXT, required=False) or [], start=1):
         ok = isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], list)
         if not ok or not all(isinstance(s, str) for s in pair[1]):
             raise rec.error(f"has context {j} = {str(pair)[:80]}", _CONTEXT)

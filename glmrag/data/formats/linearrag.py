@@ -96,7 +96,7 @@ def _evidence_heads(rec: Record) -> list[str]:
     """Distinct head entities of the record's evidence triples, in order."""
     evidence = rec.get("evidence", list, _EVIDENCE, required=False) or []
     heads: dict[str, None] = {}
-    for j, triple in enumerate(evidence):
+    for j, triple in enumerate(evidence, start=1):
         if not (isinstance(triple, list) and len(triple) == 3 and all(isinstance(x, str) for x in triple)):
             raise rec.error(f"has evidence {j} = {str(triple)[:80]}", _EVIDENCE)
         heads[triple[0]] = None

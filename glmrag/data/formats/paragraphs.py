@@ -57,7 +57,7 @@ def _parse_questions(path: PathLike, report: IngestReport) -> list[Parsed]:
     """Checked question records of ``path``, unanswerable ones dropped and counted."""
     ids = QuestionIds()
     parsed = []
-    for i, raw in enumerate(read_records(path, "question objects {id, question, answer, paragraphs}")):
+    for i, raw in enumerate(read_records(path, "question objects {id, question, answer, paragraphs}"), start=1):
         rec = Record(raw, path, f"question {i}", _RECORD)
         qid = rec.with_id()
         ids.check(qid, rec)
@@ -78,7 +78,7 @@ def read_paragraphs(rec: Record, keys: tuple[str, ...] = ("paragraphs",)) -> lis
     if not paragraphs:
         raise rec.error(f"has an empty {keys[0]!r} list", _PARAGRAPHS)
     out = []
-    for j, raw in enumerate(paragraphs):
+    for j, raw in enumerate(paragraphs, start=1):
         p = Record(raw, rec.path, f"{rec.label} paragraph {j}", "a {title, paragraph_text, is_supporting} object")
         title = p.get("title", str, "a title string")
         text = p.get(("paragraph_text", "text"), str, "the paragraph text as a string")
@@ -92,7 +92,7 @@ def read_decomposition(rec: Record) -> tuple[str, ...] | None:
     if not steps:
         return None
     out = []
-    for j, raw in enumerate(steps):
+    for j, raw in enumerate(steps, start=1):
         step = Record(raw, rec.path, f"{rec.label} decomposition step {j}", "a {question, answer} object")
         out.append(step.get("question", str, "a sub-question string"))
     return tuple(out)
