@@ -104,7 +104,7 @@ def test_main_job_trains_tests_and_evaluates_against_ppr(glmrag_cache, tmp_path)
     assert best.is_file() and (tmp_path / "ckpt" / "last.ckpt").is_file()
     assert 0.0 <= out["metrics"]["test/recall@2"] <= 1.0
     result = out["eval"]
-    assert result.systems == ["gfm_rag_plus_demo-musique100", "ppr"]
+    assert result.systems == ["gfm_rag_plus_demo-musique100", "untrained", "ppr"]
     # Trainer.test and the evaluator rank the same test questions with the same code
     assert result.overall["gfm_rag_plus_demo-musique100"]["recall@2"].mean == pytest.approx(
         out["metrics"]["test/recall@2"], abs=1e-6

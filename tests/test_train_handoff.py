@@ -88,7 +88,7 @@ def _tiny(tiny: str, tmp: Path, *extra: str) -> list[str]:
     return frozen_demo(tiny, tmp, "model.scheduler=null", "n_boot=20", f"checkpoint_dir={tmp / 'run'}", *extra)
 
 
-@pytest.mark.slow
+@pytest.mark.integration  # two epochs on musique_tiny, 9 s
 def test_a_model_training_did_not_improve_says_so(tiny_musique, glmrag_cache, tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="glmrag.jobs.train")
     out = run_train(compose_config("train", _tiny(tiny_musique, tmp_path)))
@@ -102,7 +102,15 @@ def test_a_model_training_did_not_improve_says_so(tiny_musique, glmrag_cache, tm
     (stored,) = out["stored"]
     record = json.loads((stored / "metrics.json").read_text())
     assert record["warnings"] == [warning] and record["run"]["warnings"] == [warning]
-    assert out["eval"].systems[0] == "gfm_rag_plus_demo-musique_tiny"  # the checkpoint, named by its run
+    # the checkpoint, named by its run, and the model before training beside it: at lr 0 the same weights, the
+    # same scores, so the untrained row is the trained row's code on the weights the run started from
+    assert out["eval"].systems == ["gfm_rag_plus_demo-musique_tiny", "untrained", "dense", "ppr"]
+    untrained = torch.load(tmp_path / "run" / "untrained.ckpt", weights_only=True)["state_dict"]
+    best = torch.load(out["best_checkpoint"], weights_only=True)["state_dict"]
+    assert untrained.keys() == best.keys() and all(torch.equal(untrained[k], best[k]) for k in best)
+    overall = out["eval"].overall
+    assert overall["untrained"]["recall@2"].mean == overall["gfm_rag_plus_demo-musique_tiny"]["recall@2"].mean
+    assert "| untrained |" in results
     assert checkpoint_run_name(out["best_checkpoint"]) == "gfm_rag_plus_demo-musique_tiny"  # eval.py names it so
 
     # resumed for a third epoch: the untrained score comes from the checkpoint, and the warning with it

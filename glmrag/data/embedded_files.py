@@ -29,6 +29,7 @@ SOURCES: dict[str, str] = {
     ),
     "sample.json": "toy/sample.json",
     "sample_corpus.json": "toy/sample_corpus.json",
+    "2wiki_train500_preprocess.original.json": "2wiki-dev-200/2wiki_train500_preprocess.original.json",
 }
 """Embedded file name -> its path relative to the shared data folder it was copied from."""
 

@@ -1,6 +1,6 @@
 """Named datasets: ``load_dataset("musique100", split="test", limit=20)``.
 
-Two datasets are embedded in the package (``glmrag/data/embedded/NOTICE.md``); the others are read from
+Three datasets are embedded in the package (``glmrag/data/embedded/NOTICE.md``); the others are read from
 the data folder (:func:`data_dir`). No registered dataset has an official train/validation/test
 partition of its questions, so each is split one fixed way by :func:`split_assignment` (a dataset whose
 files carry their own split keeps it). The corpus is always the full corpus; ``limit`` keeps the first N
@@ -29,6 +29,7 @@ SPLIT_FRACTIONS = (0.6, 0.2)
 DEFAULT_DATASET = "musique100"
 DATA_DIR_ENV = "GLMRAG_DATA_DIR"
 OPENIE_MUSIQUE = "openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
+TWIKI_TRAIN = "2wiki_train500_preprocess.original.json"
 
 
 @dataclass(frozen=True)
@@ -81,9 +82,11 @@ DATASETS: dict[str, DatasetSpec] = {
         ),
         DatasetSpec(
             "2wiki_train",
-            "500 2WikiMultihopQA train questions; corpus = union of contexts; exact gold",
-            ("2wiki-dev-200/2wiki_train500_preprocess.original.json",),
-            lambda root: load_2wiki(root / "2wiki-dev-200/2wiki_train500_preprocess.original.json", "2wiki_train"),
+            "500 2WikiMultihopQA train questions, 3,112 passages (the union of their contexts), exact gold; "
+            "embedded (the README's main job)",
+            (TWIKI_TRAIN,),
+            lambda _: load_2wiki(embedded_path(TWIKI_TRAIN), "2wiki_train"),
+            embedded=True,
         ),
         DatasetSpec(
             "2wiki_test",

@@ -203,6 +203,7 @@ RESUME_MAY_CHANGE = (
     "quiet",
     "test",
     "evaluate",
+    "evaluate_untrained",
     "eval_data",
     "eval_split",
     "baselines",

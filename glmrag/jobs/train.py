@@ -13,6 +13,7 @@ import contextlib
 import logging
 import random
 import signal
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,9 @@ from glmrag.models.checkpointing import check_architecture, readable_checkpoint
 
 log = logging.getLogger(__name__)
 
+UNTRAINED_CHECKPOINT = "untrained.ckpt"
+"""The model before training, saved in the run's checkpoint folder with ``evaluate_untrained`` and evaluated beside
+the best checkpoint as the system ``untrained``: the table itself says what training added."""
 PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM
 """Exit code of a run stopped by SIGTERM (a shell's 143): not 0, so a scheduler requeues it."""
 KEY_SETTINGS = (
@@ -116,9 +120,16 @@ class StartScore(Callback):
         self.monitor: str | None = None
         self.score: float | None = None
 
-    def measure(self, trainer: L.Trainer, model: L.LightningModule, datamodule: L.LightningDataModule) -> None:
-        """Validate the untrained ``model`` once (every DDP rank: validation is collective). The random streams
-        are kept, so the training that follows is the one a run without this check would do."""
+    def measure(
+        self,
+        trainer: L.Trainer,
+        model: L.LightningModule,
+        datamodule: L.LightningDataModule,
+        save_to: Path | None = None,
+    ) -> None:
+        """Validate the untrained ``model`` once (every DDP rank: validation and saving are collective), then save
+        it to ``save_to`` (weights and hyper-parameters) when given. The random streams are kept, so the training
+        that follows is the one a run without this check would do."""
         checkpoint = monitoring_checkpoint(trainer.callbacks)
         if checkpoint is None:
             return
@@ -127,6 +138,8 @@ class StartScore(Callback):
         value = trainer.callback_metrics.get(checkpoint.monitor)
         self.monitor, self.score = checkpoint.monitor, None if value is None else float(value)
         log.info("before training: %s = %s", self.monitor, self.score)
+        if save_to is not None:
+            trainer.save_checkpoint(save_to, weights_only=True)
 
     @staticmethod
     def of(callbacks: list[Callback]) -> StartScore:
@@ -187,18 +200,22 @@ def evaluation_config(cfg: DictConfig, ckpt_path: str, dataset: str | None = Non
     ``dataset`` (default: the training data ``cfg.data.name``) is a registry name; another dataset than the
     training data (GLM-RAG Table 1, transfer) is read with ``cfg.data``'s root and limit and written to
     ``<output_dir>/eval_<dataset>``; ``index.extractor`` may map dataset names to extractors. The checkpoint
-    (eval.yaml's ``checkpoint`` retriever, named by the run) runs on ``device``: the Trainer's.
+    (eval.yaml's ``checkpoint`` retriever, named by the run) runs on ``device``: the Trainer's. With
+    ``evaluate_untrained``, the run's :data:`UNTRAINED_CHECKPOINT` is evaluated beside it as ``untrained``.
     """
     name = dataset or cfg.data.name
     eval_cfg = compose_config("eval", ["retriever=[checkpoint]"])
     eval_cfg.ckpt_path = ckpt_path
     checkpoint = OmegaConf.to_container(eval_cfg.retriever.checkpoint, resolve=True) | {"device": device}
+    systems = {cfg.run_name: checkpoint}
+    if cfg.get("evaluate_untrained") and (untrained := Path(cfg.checkpoint_dir) / UNTRAINED_CHECKPOINT).is_file():
+        systems["untrained"] = checkpoint | {"ckpt_path": str(untrained)}
     index = dataset_index_config(OmegaConf.to_container(cfg.index, resolve=True), name)
     data = {**OmegaConf.to_container(cfg.data, resolve=True), "name": name, "split": cfg.eval_split}
     values = {
         "data": {**data, "extractor": index["extractor"]},
         "index": index,
-        "retriever": {cfg.run_name: checkpoint, **(OmegaConf.to_container(cfg.baselines, resolve=True) or {})},
+        "retriever": systems | (OmegaConf.to_container(cfg.baselines, resolve=True) or {}),
         "output_dir": str(Path(cfg.output_dir) / ("eval" if name == cfg.data.name else f"eval_{name}")),
         "run_name": cfg.run_name,
         "reference": cfg.run_name,
@@ -234,9 +251,14 @@ def fit(cfg: DictConfig, loggers: list[Logger], measure_start: bool = False) -> 
     for logger in loggers:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     resume = checkpoint_to_resume(cfg, model)
+    untrained = Path(cfg.checkpoint_dir) / UNTRAINED_CHECKPOINT
     if measure_start and not resume and not trainer.fast_dev_run:
-        start.measure(trainer, model, datamodule)
-    trainer.fit(model, datamodule=datamodule, ckpt_path=resume, weights_only=True)
+        start.measure(trainer, model, datamodule, save_to=untrained if cfg.get("evaluate_untrained") else None)
+    with warnings.catch_warnings():
+        folder = untrained.parent
+        if folder.is_dir() and [p.name for p in folder.iterdir()] == [untrained.name]:  # this run's, not an old run's
+            warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+        trainer.fit(model, datamodule=datamodule, ckpt_path=resume, weights_only=True)
     return trainer, callbacks
 
 
