@@ -2,25 +2,41 @@
 
 The configs are found by :func:`glmrag.jobs.config_path.config_dir`: a source checkout's ``configs/``,
 else the copy shipped inside the installed package, so a non-editable ``pip install`` works from
-any folder. Before Hydra starts, an override that names a config that does not exist
-(``retriever=[dnse]``) stops the job with the list of valid names (:func:`unknown_choice_error`);
-``--help`` prints the help of ``configs/train.yaml`` / ``eval.yaml`` (``hydra.help``).
+any folder. Before Hydra starts, the command line is checked (:func:`argument_error`): a config that does not
+exist (``retriever=[dnse]``) or a mistyped key (``trainer.max_epoch=2``) stops the job with the valid names and
+a "did you mean"; so do an interpolation that cannot resolve and a run folder that cannot be made. A user's
+mistake found later (:data:`USER_ERRORS`) is one message naming the key, file or record and the fix, without
+a traceback: the traceback is behind ``HYDRA_FULL_ERROR=1`` or ``--verbose``. ``--help`` prints the help of
+``configs/train.yaml`` / ``eval.yaml`` (``hydra.help``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
+import os
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import hydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import ChoiceSweep
+from hydra.core.override_parser.types import ChoiceSweep, Override
+from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, InterpolationResolutionError, OmegaConfBaseException
 
+from glmrag.data.types import DataFormatError
+from glmrag.eval.outputs import OutputDirTaken
+from glmrag.index.shards import ShardError
+from glmrag.index.store import StaleIndexError
+from glmrag.io import CacheError, CheckpointPathError, DiskFullError, LockTimeout
+from glmrag.jobs.config_check import ConfigError
 from glmrag.jobs.config_path import config_dir
+from glmrag.llm.base import LLMError
+from glmrag.models.checkpointing import CheckpointLayoutError, CheckpointMismatchError
 from glmrag.progress import quiet_third_party, set_quiet
 
 _CONFIGS = str(config_dir())
@@ -70,9 +86,171 @@ def unknown_choice_error(args: Sequence[str], script: str, configs: str | Path =
     return None
 
 
-def _exit_on_unknown_choice(script: str) -> None:
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ConfigError,
+    DataFormatError,
+    CheckpointPathError,
+    CheckpointMismatchError,
+    CheckpointLayoutError,
+    OutputDirTaken,
+    ShardError,
+    StaleIndexError,
+    CacheError,
+    DiskFullError,
+    LockTimeout,
+    LLMError,
+    FileNotFoundError,
+    FileExistsError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    OmegaConfBaseException,
+)
+"""Errors that are the user's to fix (a setting, a file, a record, a folder), each raised with a message that names
+it and the fix: the job prints that message alone (:func:`reported_errors`)."""
+VERBOSE = "--verbose"
+"""Command-line flag (glmrag's, taken out before Hydra parses) for the full traceback: ``HYDRA_FULL_ERROR=1``."""
+FULL_ERROR_ENV = "HYDRA_FULL_ERROR"
+HELP_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i")
+
+
+def _full_error() -> bool:
+    return os.environ.get(FULL_ERROR_ENV) == "1"
+
+
+@contextlib.contextmanager
+def reported_errors(script: str) -> Iterator[None]:
+    """A :data:`USER_ERRORS` raised in the body ends the job with its message and exit code 1, no traceback
+    (unless ``HYDRA_FULL_ERROR=1``); anything else keeps its traceback (a bug, to report)."""
+    try:
+        yield
+    except USER_ERRORS as e:
+        if _full_error():
+            raise
+        log.error("%s: %s", script, _message(e))
+        print(f"(the traceback: {FULL_ERROR_ENV}=1 or {VERBOSE})", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+def _message(error: BaseException) -> str:
+    """The error's own message, with the config key OmegaConf names on a line of its own."""
+    text = str(error).split("\n    full_key:")[0] or type(error).__name__  # OmegaConf appends the key and types
+    if isinstance(error, OmegaConfBaseException) and getattr(error, "full_key", None):
+        return f"{error.full_key}: {text}"
+    return text
+
+
+def argument_error(args: Sequence[str], config_name: str, script: str, configs: str | Path = _CONFIGS) -> str | None:
+    """The message for the first mistake in the command-line ``args`` of ``python <script>`` (config
+    ``config_name``), found before any work: a config missing from its group (:func:`unknown_choice_error`), an
+    override Hydra cannot apply (a mistyped key, with the keys beside it and a "did you mean"), an interpolation
+    that does not resolve, a run folder that cannot be made. None when there is none. Swept values (``-m a=1,2``)
+    are checked by Hydra per job; ``--help`` and friends are not checked."""
+    if any(a in HELP_FLAGS for a in args):
+        return None
+    if message := unknown_choice_error(args, script, configs):
+        return message
+    parser = OverridesParser.create()
+    overrides: list[tuple[str, Override]] = []
+    for arg in args:
+        if arg.startswith("-"):
+            continue
+        try:
+            override = parser.parse_override(arg)
+        except HydraException as e:
+            return f"{script}: cannot read '{arg}': {e}\nQuote a value holding = , [ ] {{ }} or spaces: key='a=b'."
+        if not override.is_sweep_override():
+            overrides.append((arg, override))
+    from glmrag.jobs.common import compose_config
+
+    plain = [arg for arg, o in overrides if not o.key_or_group.startswith("hydra.")]
+    try:
+        cfg = compose_config(config_name, plain)
+    except ConfigCompositionException as e:
+        return _composition_error(e, overrides, config_name, script)
+    except OmegaConfBaseException as e:
+        return f"{script}: {_message(e)}"
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    return _interpolation_error(cfg, script) or _run_folder_error([a for a, _ in overrides], multirun, script)
+
+
+def _composition_error(
+    error: ConfigCompositionException, overrides: list[tuple[str, Override]], config_name: str, script: str
+) -> str:
+    """A mistyped key: which keys its node has, the closest first; any other composition error as Hydra says it."""
+    from glmrag.jobs.common import compose_config
+
+    cause = error.__cause__
+    key = getattr(cause, "full_key", None)
+    if not isinstance(cause, ConfigKeyError | ConfigAttributeError) or not key:
+        return f"{script}: {error}" + (f" ({_message(cause)})" if cause else "")
+    arg = next((a for a, o in overrides if o.key_or_group == key or o.key_or_group.startswith(key + ".")), key)
+    parent, _, name = key.rpartition(".")
+    others = [a for a, o in overrides if a != arg and not o.key_or_group.startswith("hydra.")]
+    node = OmegaConf.select(compose_config(config_name, others), parent) if parent else compose_config(config_name)
+    keys = [str(k) for k in node.keys()] if OmegaConf.is_dict(node) else []
+    close = difflib.get_close_matches(name, keys, n=1)
+    where = f"'{parent}'" if parent else "the top level"
+    hint = f" Did you mean {(parent + '.' if parent else '') + close[0]}?" if close else ""
+    typed = OmegaConf.is_dict(node) and OmegaConf.get_type(node) is not dict  # a dataclass: no key can be added
+    return f"{script}: '{arg}': {where} has no key {name!r}.{hint}\nThe keys of {where}: {', '.join(sorted(keys))}." + (
+        "" if typed else f"\nTo add a new key on purpose: +{arg.lstrip('+')}"
+    )
+
+
+def _interpolation_error(cfg: DictConfig, script: str) -> str | None:
+    """The first key whose ``${...}`` cannot resolve (a missing key, an unset variable), or None. Keys read from
+    Hydra's runtime (``${hydra:...}``), set only once the job runs, are left to it."""
+    for key in _leaf_keys(cfg):
+        try:
+            OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+        except InterpolationResolutionError as e:
+            if "HydraConfig was not set" in str(e):
+                continue
+            return f"{script}: {_message(e)}; set {key} to a value, or fix the ${{...}} it reads"
+    return None
+
+
+def _leaf_keys(node, prefix: str = "") -> Iterator[str]:
+    """The dotted keys of ``node``'s values (not resolved), lists by index."""
+    items = node.items_ex(resolve=False) if OmegaConf.is_dict(node) else enumerate(node._iter_ex(resolve=False))
+    for key, _ in items:
+        path = f"{prefix}{key}" if not prefix else f"{prefix}.{key}" if OmegaConf.is_dict(node) else f"{prefix}[{key}]"
+        child = node._get_node(key)
+        if OmegaConf.is_config(child) and not child._is_interpolation() and not child._is_none():
+            yield from _leaf_keys(child, path)
+        else:
+            yield path
+
+
+def _run_folder_error(args: Sequence[str], multirun: bool, script: str) -> str | None:
+    """A ``hydra.run.dir`` (``hydra.sweep.dir`` for a ``multirun``) set in ``args`` that cannot be made, or None.
+    Checked by making and removing a temporary folder in its nearest existing parent: nothing of the run is
+    created here."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = [a.partition("=")[2] for a in args if a.startswith(f"{key}=")]
+    if not given:
+        return None  # the default, under the working folder: the job's own checks name a full or read-only disk
+    folder = Path(given[-1])
+    parent = next(p for p in [folder, *folder.absolute().parents] if p.exists())
+    try:
+        if not parent.is_dir():
+            raise NotADirectoryError(f"{parent} is a file")
+        os.rmdir(tempfile.mkdtemp(prefix=".glmrag-check-", dir=parent))
+    except OSError as e:
+        reason = e.strerror or e
+        return f"{script}: {key}={given[-1]}: cannot make the run folder there ({reason}); choose a writable folder"
+    return None
+
+
+def _check_arguments(script: str, config_name: str) -> None:
+    """Take ``--verbose`` out of the command line (it sets ``HYDRA_FULL_ERROR=1``), then stop on
+    :func:`argument_error`'s message with exit code 2."""
+    if VERBOSE in sys.argv:
+        sys.argv.remove(VERBOSE)
+        os.environ[FULL_ERROR_ENV] = "1"
     script = Path(sys.argv[0]).name if sys.argv and sys.argv[0].endswith(".py") else script
-    message = unknown_choice_error(sys.argv[1:], script)
+    message = argument_error(sys.argv[1:], config_name, script)
     if message is not None:
         print(message, file=sys.stderr)
         sys.exit(2)
@@ -80,29 +258,31 @@ def _exit_on_unknown_choice(script: str) -> None:
 
 @hydra.main(version_base="1.3", config_path=_CONFIGS, config_name="train")
 def _train(cfg: DictConfig) -> None:
-    from glmrag.jobs.train import run_train
+    with reported_errors("train.py"):
+        from glmrag.jobs.train import run_train
 
-    _logging(cfg)
-    run_train(cfg)
+        _logging(cfg)
+        run_train(cfg)
 
 
 @hydra.main(version_base="1.3", config_path=_CONFIGS, config_name="eval")
 def _evaluate(cfg: DictConfig) -> None:
-    from glmrag.jobs.evaluate import run_eval, store_eval_run
+    with reported_errors("eval.py"):
+        from glmrag.jobs.evaluate import run_eval, store_eval_run
 
-    _logging(cfg)
-    store_eval_run(cfg, run_eval(cfg))
+        _logging(cfg)
+        store_eval_run(cfg, run_eval(cfg))
 
 
 def train() -> None:
     """``glmrag-train experiment=demo``: train, test the best checkpoint, evaluate it against the baselines."""
-    _exit_on_unknown_choice("glmrag-train")
+    _check_arguments("glmrag-train", "train")
     _train()
 
 
 def evaluate() -> None:
     """``glmrag-eval data=toy retriever=[dense,ppr]``: evaluate retrievers with the shared evaluator."""
-    _exit_on_unknown_choice("glmrag-eval")
+    _check_arguments("glmrag-eval", "eval")
     _evaluate()
 
 

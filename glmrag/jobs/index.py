@@ -28,7 +28,7 @@ from glmrag.index.kg import KGIndex
 from glmrag.index.shards import Shard, build_shard, merge_shards, shard_key
 from glmrag.io import check_room, children_die_with_parent
 from glmrag.jobs.cli import _CONFIGS as CONFIGS
-from glmrag.jobs.cli import _exit_on_unknown_choice, _logging
+from glmrag.jobs.cli import _check_arguments, _logging, reported_errors
 
 log = logging.getLogger(__name__)
 
@@ -97,14 +97,15 @@ def run_index(cfg: DictConfig) -> KGIndex | Path:
 
 @hydra.main(version_base="1.3", config_path=CONFIGS, config_name="build_index")
 def _main(cfg: DictConfig) -> None:
-    _logging(cfg)
-    run_index(cfg)
+    with reported_errors("python -m glmrag.jobs.index"):
+        _logging(cfg)
+        run_index(cfg)
 
 
 def main() -> None:
     """``python -m glmrag.jobs.index data=2wiki_test [shard=i/n | merge=true]``; a config name that does not exist
-    stops the job with the valid names, as ``eval.py`` does (:mod:`glmrag.jobs.cli`)."""
-    _exit_on_unknown_choice("python -m glmrag.jobs.index")
+    or a mistyped key stops the job with the valid names, as ``eval.py`` does (:mod:`glmrag.jobs.cli`)."""
+    _check_arguments("python -m glmrag.jobs.index", "build_index")
     _main()
 
 
