@@ -6,7 +6,7 @@ The Python API (see ``docs/python_api.md``)::
     index = glmrag.build_index(data)
     table = glmrag.evaluate_systems(["dense", "ppr"], data, index)
     print(table.to_markdown())
-    run = glmrag.train(["experiment=demo_prior"])   # = python train.py experiment=demo_prior
+    run = glmrag.train(["experiment=demo_2wiki"])   # = python train.py experiment=demo_2wiki
 """
 
 from importlib.metadata import PackageNotFoundError, version

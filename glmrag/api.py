@@ -5,7 +5,7 @@
 >>> index = glmrag.build_index(data)                            # cached on disk, like eval.py's
 >>> print(glmrag.evaluate_systems(["dense", "ppr"], data, index).to_markdown())
 >>> glmrag.retrieve(glmrag.get_retriever("ppr"), ["Who founded X?"], index, data)   # your own questions
->>> run = glmrag.train(["experiment=demo_prior"])               # = python train.py experiment=demo_prior
+>>> run = glmrag.train(["experiment=demo_2wiki"])               # = python train.py experiment=demo_2wiki
 
 Each call makes the evaluation job's (:mod:`glmrag.jobs.evaluate`) choices: the same registry, index cache,
 retriever configs (``configs/retriever/<name>.yaml``) and evaluator, so a table here equals ``eval.py``'s;

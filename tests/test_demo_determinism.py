@@ -1,5 +1,7 @@
-"""Two runs of the main job (and of the GFM-RAG+ demo, the main job before) on one machine print the same table
-(issue: README numbers must be reproducible).
+"""Two runs of the main job's recipe (and of the GFM-RAG+ demo) on one machine print the same table (issue: README
+numbers must be reproducible). The recipe runs on musique100 (experiment=demo_prior), whose index the integration
+tests build once: the README's experiment=demo_2wiki is the same code on the embedded 2Wiki slice, whose index would
+add two minutes to CI (its table from a clean clone: benchmarks/RESULTS.md, "The main job").
 
 Each run is its own ``python train.py`` process, as a user runs it, reading the session's index cache (the
 musique100 index and passage embeddings the integration tests build once; both runs read the same index, as a
@@ -37,7 +39,7 @@ def main_job(tmp_path: Path, name: str, cache: Path, experiment: str) -> dict:
 @pytest.mark.parametrize(
     "experiment",
     [
-        pytest.param("demo_prior", marks=pytest.mark.integration),  # the main job: two musique100 runs, minutes
+        pytest.param("demo_prior", marks=pytest.mark.integration),  # the main job's recipe: two musique100 runs
         pytest.param("demo", marks=pytest.mark.slow),  # the same path with another model
     ],
 )

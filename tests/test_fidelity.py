@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "fidelity.md"
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml"))
 # Offline recipes of glmrag's own: they claim no paper setting.
-DEMOS = {"demo", "glm_demo", "cpu_2wiki", "demo_prior", "glm_2wiki_cpu", "glm_prior_2wiki_cpu"}
+DEMOS = {"demo", "glm_demo", "cpu_2wiki", "demo_prior", "demo_2wiki", "glm_2wiki_cpu", "glm_prior_2wiki_cpu"}
 SETTINGS = {"glm_rag", "glm_ablation", "gfm_rag", "gfm_rag_star", "gfm_rag_plus"}
 # Reference behaviour of the GLM code, not in the paper, added to configs/model/glm.yaml on a parallel branch
 # (issue 11, item 5). Where this branch's config does not define them the rows are skipped; once defined,
