@@ -136,10 +136,16 @@ MIN_FREE_BYTES = 64 << 20
 
 
 def check_room(folder: str | os.PathLike[str], what: str, min_free: int = MIN_FREE_BYTES, create: bool = True) -> Path:
-    """:func:`check_writable`, and at least ``min_free`` bytes free there: before the work, not after it. With
+    """:func:`check_writable`, and at least ``min_free`` bytes free there: before the work, not after it (a
+    dangling or looping symbolic link on the way is refused by name). With
     ``create`` false a folder that does not exist yet is not made (a run that ends early leaves no trace): its
     nearest existing parent must be a folder this process may write, with the room."""
     folder = Path(folder)
+    for link in (p for p in [folder, *folder.absolute().parents] if p.is_symlink() and not p.exists()):
+        raise NotADirectoryError(
+            f"{what} folder {folder}: {link} is a symbolic link to {os.readlink(link)}, which does not exist or "
+            f"loops; point {what} elsewhere or fix the link"
+        )
     if create or folder.is_dir():
         check_writable(folder, what)
         where = folder

@@ -88,3 +88,28 @@ def test_the_full_traceback_is_behind_hydra_full_error_or_verbose(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["eval.py", "--verbose", "data=toy"])
     _check_arguments("glmrag-eval", "eval")
     assert sys.argv == ["eval.py", "data=toy"] and os.environ[FULL_ERROR_ENV] == "1"
+
+
+def test_output_dir_takes_hydras_run_folder_too(tmp_path):
+    """eval.py output_dir=X wrote X and also outputs/eval/<run>/<time>/ (.hydra, eval.log) under the working folder."""
+    from glmrag.jobs.cli import run_folder_follows_output_dir
+
+    args = ["data=toy", f"output_dir={tmp_path / 'x'}"]
+    assert run_folder_follows_output_dir(args) == [*args, f"hydra.run.dir={tmp_path / 'x'}"]
+    assert run_folder_follows_output_dir(["data=toy"]) == ["data=toy"]
+    chosen = [*args, "hydra.run.dir=elsewhere"]
+    assert run_folder_follows_output_dir(chosen) == chosen
+    assert run_folder_follows_output_dir(["-m", *args]) == ["-m", *args]  # a sweep's jobs keep a folder each
+
+
+def test_an_output_dir_holding_a_run_is_refused_before_hydra_writes_into_it(tmp_path):
+    used = tmp_path / "used"
+    (used / ".hydra").mkdir(parents=True)
+    (used / ".hydra" / "config.yaml").write_text("earlier: run\n")
+    message = argument_error(["data=toy", f"output_dir={used}"], "eval", "eval.py")
+    assert message == f"eval.py: output_dir={used} holds a Hydra run folder already; pass a new output_dir=<folder>"
+    (used / "metrics.json").write_text("{}")
+    message = argument_error(["data=toy", f"output_dir={used}"], "eval", "eval.py")
+    assert message.startswith(f"eval.py: output_dir={used} already holds metrics.json")
+    assert (used / ".hydra" / "config.yaml").read_text() == "earlier: run\n"
+    assert argument_error(["data=toy", f"output_dir={tmp_path / 'new'}"], "eval", "eval.py") is None

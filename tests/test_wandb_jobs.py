@@ -66,9 +66,21 @@ def test_fine_tuning_after_kg_completion_pretraining_logs_its_own_run(glmrag_cac
 @pytest.fixture(scope="module")
 def failed_then_next(glmrag_cache, tiny_musique, tmp_path_factory):
     """Two jobs in one process, wandb offline: the first dies inside ``Trainer.fit``, the second trains one
-    epoch on musique_tiny and is evaluated against PPR. Returns the folder, the second job's result, and
-    whether a wandb run was still active between the two jobs."""
+    epoch on musique_tiny and is evaluated against PPR. Returns the folder, the second job's result, whether a
+    wandb run was still active between the two jobs, and each job's run summary as it was closed."""
     wandb = pytest.importorskip("wandb")
+    from lightning.pytorch.loggers import WandbLogger
+
+    import glmrag.jobs.loggers
+
+    summaries = []
+    close = glmrag.jobs.loggers.close_loggers
+
+    def closing_with_summary(loggers, status="success"):
+        runs = [lg.experiment for lg in loggers if isinstance(lg, WandbLogger)]
+        summaries.extend({key: run.summary[key] for key in run.summary.keys()} for run in runs)
+        close(loggers, status)
+
     tmp_path = tmp_path_factory.mktemp("jobs")
     tiny = [f"data.name={tiny_musique}", "logger=[csv,wandb]", "retriever@baselines=[ppr]"]
 
@@ -80,26 +92,36 @@ def failed_then_next(glmrag_cache, tiny_musique, tmp_path_factory):
             mp.delenv(name, raising=False)
         mp.setenv("HOME", str(tmp_path / "home"))
         mp.setenv("WANDB_SILENT", "true")
+        mp.setattr(glmrag.jobs.loggers, "close_loggers", closing_with_summary)
         with pytest.MonkeyPatch.context() as broken:
             broken.setattr(GNNRetrieverModule, "on_train_start", fail)
             with pytest.raises(RuntimeError, match="injected"):
                 job(tmp_path, "failed", [*tiny, "+trainer.fast_dev_run=true"])
         left_active = wandb.run is not None
         result = job(tmp_path, "next", [*tiny, "trainer.max_epochs=1"])  # a Hydra multirun's next job
-    return tmp_path, result, left_active
+    return tmp_path, result, left_active, summaries
 
 
 def test_a_failed_job_finishes_its_run_and_the_next_job_gets_its_own(failed_then_next):
     wandb = pytest.importorskip("wandb")
-    tmp_path, _, left_active = failed_then_next
+    tmp_path, _, left_active, _ = failed_then_next
     assert not left_active  # the failed job's run is finished, not left active for the next job
     assert (tmp_path / "failed" / "csv" / "version_0" / "hparams.yaml").is_file()  # the CSV logger saved too
     (failed,), (following,) = run_ids(tmp_path / "failed"), run_ids(tmp_path / "next")
     assert failed != following and wandb.run is None
 
 
+def test_the_run_summary_holds_the_final_metrics(failed_then_next):
+    """wandb offline runs had no final metrics outside the binary history: the summary holds them."""
+    _, result, _, summaries = failed_then_next
+    summary = summaries[-1]  # the job that trained; the failed one's summary is empty
+    assert summary["test/recall@2"] == pytest.approx(result["metrics"]["test/recall@2"])
+    assert summary["eval/recall@2"] == pytest.approx(result["eval"].overall[result["eval"].reference]["recall@2"].mean)
+    assert summary["best_checkpoint"] == result["best_checkpoint"]
+
+
 def test_evaluation_figures_are_logged_as_images(failed_then_next):
-    tmp_path, result, _ = failed_then_next
+    tmp_path, result, _, _ = failed_then_next
     pngs = {p.stem: p for p in (tmp_path / "next" / "eval").glob("*.png")}
     assert sorted(pngs) == ["recall_by_hops"]  # MuSiQue: hops = supporting passages, so one figure for both
     files = next((tmp_path / "next" / "wandb").glob("offline-run-*")) / "files"

@@ -128,6 +128,13 @@ class KGQADataModule(KGDataModule):
             raise ValueError(f"datamodule.records_url={records_url!r} needs datamodule.store=litdata, not {store!r}")
         check_counts(batch_size=batch_size, num_workers=num_workers, chunk_size=chunk_size, write_workers=write_workers)
         storage_options = plain_container(storage_options or {})
+        if not isinstance(storage_options, Mapping):
+            raise ValueError(
+                f"datamodule.storage_options={storage_options!r}: must be a mapping of LitData client options "
+                "(e.g. {endpoint_url: http://...}) or null"
+            )
+        if records_dir is not None and Path(records_dir).exists() and not Path(records_dir).is_dir():
+            raise NotADirectoryError(f"datamodule.records_dir={records_dir} is a file; give a folder for the chunks")
         datasets, index, questions = self.plain_arguments(datasets, index, questions)
         self.save_hyperparameters(logger=False)  # questions' fields flat, as in the config
         self.inputs_cache_dir = inputs_cache_dir or default_inputs_cache_dir()

@@ -10,7 +10,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any, TypeVar
+from types import UnionType
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import torch
 from lightning import LightningDataModule
@@ -86,14 +87,44 @@ def check_counts(nullable: Iterable[str] = (), **counts: int | None) -> None:
 _Settings = TypeVar("_Settings")
 
 
-def settings_from(cls: type[_Settings], given: Mapping[str, Any], what: str) -> _Settings:
-    """``cls(**given)`` for a settings dataclass, missing fields at their defaults; keys that are not its fields
-    are a TypeError that starts with ``what`` and names the fields."""
+def settings_from(cls: type[_Settings], given: Mapping[str, Any], what: str, key: str) -> _Settings:
+    """``cls(**given)`` for a settings dataclass (the config node ``key``), missing fields at their defaults; keys
+    that are not its fields are a TypeError that starts with ``what`` and names the fields, and so is a value that
+    is not of its field's plain type (``damping: abc`` for a float; an int is a float, a bool is neither; null is
+    left to the class's own checks, which run first)."""
     known = [f.name for f in fields(cls)]
     unknown = sorted(set(given) - set(known))
     if unknown:
         raise TypeError(f"{what} {unknown}: the fields of {cls.__name__} ({', '.join(known)})")
-    return cls(**given)
+    hints = get_type_hints(cls)
+    wrong = [
+        f"{key}.{name}={value!r}: must be {' or '.join(t.__name__ for t in expected if t is not type(None))} "
+        f"({cls.__name__}.{name})"
+        for name, value in given.items()
+        if value is not None and (expected := _plain_types(hints[name])) and not _is_instance(value, expected)
+    ]
+    try:
+        settings = cls(**given)  # the class's own checks first: they say more than the type ("a number in (0, 1]")
+    except TypeError:
+        if wrong:  # a raw comparison of a string with a number, say
+            raise TypeError(wrong[0]) from None
+        raise
+    if wrong:
+        raise TypeError(wrong[0])
+    return settings
+
+
+def _plain_types(hint: Any) -> tuple[type, ...]:
+    """The plain types (bool, int, float, str, None) a field's annotation allows; () when it allows others too."""
+    options = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
+    plain = tuple(type(None) if t is None else t for t in options)
+    return plain if all(t in (bool, int, float, str, type(None)) for t in plain) else ()
+
+
+def _is_instance(value: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):
+        return bool in types
+    return isinstance(value, types) or (isinstance(value, int) and float in types)
 
 
 class KGDataModule(LightningDataModule, ABC):
@@ -132,7 +163,7 @@ class KGDataModule(LightningDataModule, ABC):
         datasets = [datasets] if isinstance(datasets, str) else [str(d) for d in datasets]
         if len(set(datasets)) != len(datasets) or not datasets:
             raise ValueError(f"datasets must be distinct registry names, got {datasets}")
-        settings = settings_from(QuestionSettings, questions, "unexpected DataModule argument(s)")
+        settings = settings_from(QuestionSettings, questions, "unexpected DataModule argument(s)", "datamodule")
         return datasets, plain_container(index), plain_container(asdict(settings))
 
     def index(self, kg: str) -> KGIndex:

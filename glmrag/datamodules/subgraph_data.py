@@ -208,7 +208,9 @@ class SubgraphDataModule(KGDataModule):
         check_counts(("num_workers",), **counts, num_workers=num_workers, write_workers=write_workers)
         if not isinstance(precompute, bool):
             raise ValueError(f"datamodule.precompute={precompute!r}: must be true or false")
-        self.settings = settings_from(SubgraphSettings, plain_container(subgraph or {}), "subgraph has unknown key(s)")
+        self.settings = settings_from(
+            SubgraphSettings, plain_container(subgraph or {}), "subgraph has unknown key(s)", "model.subgraph"
+        )
         subgraph = self.settings.as_dict()  # every field, plain, in the hparams
         storage_options = plain_container(storage_options or {})
         self.save_hyperparameters(logger=False)

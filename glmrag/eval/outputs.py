@@ -80,6 +80,13 @@ def _cell(interval: Interval | None, with_ci: bool, scale: float = 100.0, digits
     return f"{mean} [{interval.low * scale:.{digits}f}, {interval.high * scale:.{digits}f}]"
 
 
+def format_console(result: EvalResult) -> str:
+    """:func:`format_markdown` for a terminal: the same tables, without Markdown's escapes (``**``, not ``\\*\\*``)
+    and without the bold around warning lines."""
+    lines = format_markdown(result).replace("\\*", "*").splitlines()
+    return "\n".join(line[2:-2] if line.startswith("**") and line.endswith("**") else line for line in lines)
+
+
 def format_markdown(result: EvalResult) -> str:
     """A Markdown report: one row per system, Recall@2/@5 with 95% CIs, filtered recall labelled as
     such, Hits/All@5, MRR (and EM/F1 when answers were given); App. H markers on tested metrics;

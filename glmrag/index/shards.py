@@ -238,9 +238,13 @@ def read_shard(folder: Path, shard: Shard, corpus: Corpus, inputs: dict) -> Inde
         raise ShardError(f"{path}: shard {shard} holds other passages than rows {start}-{stop} of the corpus; {rerun}")
     vectors = np.load(io.BytesIO(blobs["vectors.npy"]), allow_pickle=False) if "vectors.npy" in blobs else None
     per_passage = [(row["entities"], [tuple(t) for t in row["triples"]]) for row in rows]
-    timings = {k: float(manifest["timings_s"][k]) for k in ("extract", "embed_entities")}
+    try:
+        timings = {k: float(manifest["timings_s"][k]) for k in ("extract", "embed_entities")}
+        report = dict(manifest["report"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ShardError(f"{path}: the manifest lacks or garbles {err} (timings_s, report); {rerun}") from None
     phrases = json.loads(blobs["phrases.json"])
-    return IndexPart(ids, per_passage, dict(manifest["report"]), phrases, vectors, timings)
+    return IndexPart(ids, per_passage, report, phrases, vectors, timings)
 
 
 def merge_shards(

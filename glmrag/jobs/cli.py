@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, InterpolationResolutionError, OmegaConfBaseException
 
 from glmrag.data.types import DataFormatError
-from glmrag.eval.outputs import OutputDirTaken
+from glmrag.eval.outputs import OutputDirTaken, fresh_output_dir
 from glmrag.index.shards import ShardError
 from glmrag.index.store import StaleIndexError
 from glmrag.io import CacheError, CheckpointPathError, DiskFullError, LockTimeout
@@ -171,7 +171,12 @@ def argument_error(args: Sequence[str], config_name: str, script: str, configs: 
     except OmegaConfBaseException as e:
         return f"{script}: {_message(e)}"
     multirun = any(a in ("-m", "--multirun") for a in args)
-    return _interpolation_error(cfg, script) or _run_folder_error([a for a, _ in overrides], multirun, script)
+    plain_args = [a for a, _ in overrides]
+    return (
+        _interpolation_error(cfg, script)
+        or _run_folder_error(plain_args, multirun, script)
+        or _output_dir_error(plain_args, script)
+    )
 
 
 def _composition_error(
@@ -243,9 +248,39 @@ def _run_folder_error(args: Sequence[str], multirun: bool, script: str) -> str |
     return None
 
 
+def _output_dir_error(args: Sequence[str], script: str) -> str | None:
+    """An ``output_dir`` given on the command line that already holds files, or None: Hydra writes its run
+    folder there (:func:`run_folder_follows_output_dir`), which must not replace an earlier run's files."""
+    given = [a.partition("=")[2] for a in args if a.startswith("output_dir=")]
+    if any(a.startswith("hydra.run.dir=") for a in args) or not _first_rank():
+        return None  # Hydra's folder is chosen (a DDP rank's is its job's); the job checks output_dir itself
+    if not given or not Path(given[-1]).is_dir() or not any(Path(given[-1]).iterdir()):
+        return None
+    try:
+        fresh_output_dir(given[-1])  # refuses the folder, naming its files
+    except OutputDirTaken as e:
+        return f"{script}: {e}"
+    return f"{script}: output_dir={given[-1]} holds a Hydra run folder already; pass a new output_dir=<folder>"
+
+
+def _first_rank() -> bool:
+    """This process is not a later rank of a job that torchrun or SLURM started on several processes."""
+    return all(os.environ.get(name, "0") == "0" for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID"))
+
+
+def run_folder_follows_output_dir(args: Sequence[str]) -> list[str]:
+    """``args`` with ``hydra.run.dir`` set to the ``output_dir`` they give (unless they set it, or sweep), so that
+    everything a run writes but its checkpoints and its results-store entry goes there: Hydra's ``.hydra/`` and
+    the job's log too, not ``outputs/<job>/...`` under the working folder."""
+    given = [a.partition("=")[2] for a in args if a.startswith("output_dir=")]
+    chosen = any(a.startswith("hydra.run.dir=") for a in args) or any(a in ("-m", "--multirun") for a in args)
+    return [*args, f"hydra.run.dir={given[-1]}"] if given and not chosen else list(args)
+
+
 def _check_arguments(script: str, config_name: str) -> None:
-    """Take ``--verbose`` out of the command line (it sets ``HYDRA_FULL_ERROR=1``), then stop on
-    :func:`argument_error`'s message with exit code 2."""
+    """Take ``--verbose`` out of the command line (it sets ``HYDRA_FULL_ERROR=1``), stop on
+    :func:`argument_error`'s message with exit code 2, and point Hydra's run folder at ``output_dir``
+    (:func:`run_folder_follows_output_dir`)."""
     if VERBOSE in sys.argv:
         sys.argv.remove(VERBOSE)
         os.environ[FULL_ERROR_ENV] = "1"
@@ -254,6 +289,7 @@ def _check_arguments(script: str, config_name: str) -> None:
     if message is not None:
         print(message, file=sys.stderr)
         sys.exit(2)
+    sys.argv[1:] = run_folder_follows_output_dir(sys.argv[1:])
 
 
 @hydra.main(version_base="1.3", config_path=_CONFIGS, config_name="train")

@@ -21,10 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 from glmrag.data.files import register_data
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import Corpus, Dataset, Question
-from glmrag.eval import EvalResult, evaluate, format_markdown, write_outputs
+from glmrag.eval import EvalResult, evaluate, write_outputs
 from glmrag.eval.llm_failures import GuardedRetrieval, failure_summary
 from glmrag.eval.metrics import qa_metrics
-from glmrag.eval.outputs import RANKINGS_FILE, RankingLog, cost_columns, fresh_output_dir
+from glmrag.eval.outputs import RANKINGS_FILE, RankingLog, cost_columns, format_console, fresh_output_dir
 from glmrag.eval.overlap import choose_split, seen_questions
 from glmrag.eval.significance import Interval, bootstrap_ci
 from glmrag.eval.store import run_record, write_run
@@ -192,7 +192,7 @@ def run_eval(cfg: DictConfig, warnings: Sequence[str] = (), figures: bool = Fals
     cfg = with_system_names(cfg)
     with failure_budget(cfg.get("max_llm_failures")) as budget:
         result = _run_eval(cfg, list(warnings), output_dir)
-        print(format_markdown(result))  # first: the table is on the screen even when the disk is full
+        print(format_console(result))  # first: the table is on the screen even when the disk is full
         written = [output_dir / RANKINGS_FILE, *write_outputs(result, output_dir).values()]
         if figures:
             written += evaluation_figures(result, output_dir).values()

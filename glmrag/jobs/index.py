@@ -36,7 +36,10 @@ log = logging.getLogger(__name__)
 def shard_dir(cfg: DictConfig, dataset: Dataset) -> Path:
     """``cfg.shard_dir``, or ``<index.cache_dir>/shards/<data>-<extractor>-<shard key>``."""
     if cfg.get("shard_dir"):
-        return Path(cfg.shard_dir).expanduser()
+        folder = Path(cfg.shard_dir).expanduser()
+        if folder.exists() and not folder.is_dir():
+            raise NotADirectoryError(f"shard_dir={cfg.shard_dir} is a file; give a folder for the shard folders")
+        return folder
     request = index_request(dataset, cfg.index)
     key = shard_key(dataset.corpus, request.extractor, request.settings)
     name = check_dataset_name(dataset.name, "the dataset name")

@@ -146,6 +146,14 @@ def log_evaluation(
             keep_checkpoint(logger, best)
 
 
+def log_summary(loggers: Sequence[Logger], values: Mapping[str, float | str | None]) -> None:
+    """``values`` into every WandbLogger's run summary, where a run's final metrics are read (the runs table,
+    sweeps, ``wandb.Api``); an offline run carries them to the server with ``wandb sync``."""
+    for logger in loggers:
+        if isinstance(logger, WandbLogger) and logger.experiment.settings.mode != "disabled":
+            logger.experiment.summary.update(dict(values))
+
+
 def keep_checkpoint(logger: WandbLogger, path: str) -> None:
     """The best checkpoint as an artifact (online), else copied into the run's folder (offline)."""
     import wandb

@@ -37,7 +37,7 @@ from glmrag.jobs.common import RunConfig, compose_config, hydra_overrides, insta
 from glmrag.jobs.config_check import ConfigError, check_resume_config, validate_train_config
 from glmrag.jobs.evaluate import run_eval  # the hand-off: the evaluation job's entry, nothing else of it
 from glmrag.jobs.launch import job_processes
-from glmrag.jobs.loggers import closing, log_evaluation
+from glmrag.jobs.loggers import closing, log_evaluation, log_summary
 from glmrag.jobs.run_folder import resume_checkpoint, resume_folder, run_folder_lock
 from glmrag.models.checkpointing import check_architecture, readable_checkpoint
 
@@ -366,6 +366,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         if cfg.get("test") and best:
             trainer.test(datamodule=trainer.datamodule, ckpt_path=best, weights_only=True)
             metrics |= {k: float(v) for k, v in trainer.callback_metrics.items()}
+        if trainer.is_global_zero:  # the run's final numbers: wandb's summary (the evaluation adds its means)
+            log_summary(loggers, {**metrics, "best_checkpoint": best})
         evals = evaluate_on_rank_zero(cfg, trainer, best, loggers, warnings)
         stored = file_on_rank_zero(cfg, trainer, metrics, best, evals, warnings, loggers)
         log.info("best checkpoint: %s", best)
@@ -424,8 +426,9 @@ def evaluate_checkpoint(
         figures = {p.name: p for p in Path(eval_cfg.output_dir).glob("*.png")}
         prefix = "eval" if name == cfg.data.name else f"eval/{name}"
         means = {f"{prefix}/{m}": iv.mean for m, iv in result.overall[cfg.run_name].items() if hasattr(iv, "mean")}
-        for logger in loggers:  # a WandbLogger keeps the last value of each key as the run's summary
+        for logger in loggers:
             logger.log_metrics(means)
+        log_summary(loggers, means)
         log_evaluation(loggers, result, None, prefix, figures)  # wandb: Tables and the figures as Images
     return evals
 

@@ -84,7 +84,7 @@ def typed_settings(cls: type[_Settings], value: Any, key: str) -> _Settings:
         value = asdict(value)
     if not isinstance(value, Mapping):
         raise TypeError(f"{key} must be a mapping of the fields of {cls.__name__}, got {value!r}")
-    return settings_from(cls, plain_container(value), f"{key} has unknown key(s)")
+    return settings_from(cls, plain_container(value), f"{key} has unknown key(s)", key)
 
 
 def prior_settings(value: PriorSettings | Mapping[str, Any] | None) -> PriorSettings | None:

@@ -112,6 +112,14 @@ MEANINGLESS += [  # issue 37 probes 13-15: values that are not numbers, or not s
     ("eval", "+retriever.dense.anything=-inf", r"retriever.dense.anything=-inf: must be a finite number"),
 ]
 
+MEANINGLESS += [  # issue 50: a value of the wrong type was a raw comparison error without its key
+    (
+        "train",
+        "experiment=demo_2wiki model.prior.damping=abc",
+        r"model.prior.damping='abc': must be float",
+    ),
+]
+
 
 @pytest.mark.parametrize(("job", "overrides", "message"), MEANINGLESS, ids=[c[1] for c in MEANINGLESS])
 def test_meaningless_values_are_config_errors(job, overrides, message, tmp_path):

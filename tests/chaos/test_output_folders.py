@@ -247,3 +247,16 @@ def test_an_unwritable_results_dir_stops_training_before_any_work(tmp_path, monk
     with pytest.raises(PermissionError, match=r"results_dir folder /dev/full/r is not writable"):
         run_train(cfg)
     assert list(tmp_path.iterdir()) == []  # refused before it made its output or checkpoint folder
+
+
+@pytest.mark.parametrize("target", ["missing", "loop"])
+def test_a_dangling_or_looping_results_dir_link_stops_the_evaluation_before_any_work(
+    target, tmp_path, monkeypatch, glmrag_cache, tiny_musique
+):
+    """Probe (issue 50): a results_dir symlink to nowhere, or to itself, was refused only after every system ran."""
+    link = tmp_path / "res"
+    link.symlink_to(tmp_path / "missing" if target == "missing" else link)
+    monkeypatch.setattr("glmrag.jobs.evaluate.load_dataset", lambda *a, **k: pytest.fail("work started"))
+    cfg = eval_config(tmp_path, tiny_musique, "retriever=[ppr]", f"results_dir={link}/adhoc")
+    with pytest.raises(NotADirectoryError, match=rf"{link} is a symbolic link to .*, which does not exist or loops"):
+        run_eval(cfg)

@@ -68,6 +68,13 @@ def test_file_not_found(tmp_path):
     assert str(e.value) == f"{missing}: file: does not exist; expected an existing file (check the path)"
 
 
+def test_a_folder_given_as_a_file_is_named_a_folder(tmp_path):
+    """Probe (issue 50): a folder given as data.questions was reported as 'does not exist'."""
+    with pytest.raises(FileNotFoundError) as e:
+        load_musique(tmp_path)
+    assert str(e.value) == f"{tmp_path}: file: is a folder; expected a file: the one inside it that holds the records"
+
+
 def test_invalid_json_names_line_and_column(tmp_path):
     path = tmp_path / "musique_train.json"
     path.write_text('[\n  {"id": "2hop__1_2",\n   "question": "x" "answer": "y"}\n]')

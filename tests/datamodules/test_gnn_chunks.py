@@ -61,6 +61,12 @@ def test_chunks_give_the_batches_of_the_records_in_memory(index_config, tmp_path
         make(index_config, records_url="s3://bucket/x")
     with pytest.raises(ValueError, match="datamodule.store"):
         make(index_config, store="zarr")
+    # probes of issue 50, refused when the DataModule is built, before any index or chunk is written
+    with pytest.raises(ValueError, match="datamodule.storage_options='abc': must be a mapping"):
+        make(index_config, store="litdata", storage_options="abc")
+    (afile := tmp_path / "afile").write_text("")
+    with pytest.raises(NotADirectoryError, match=f"datamodule.records_dir={afile} is a file"):
+        make(index_config, store="litdata", records_dir=str(afile))
 
 
 def test_two_ranks_by_two_workers_see_every_question_once(index_config, tmp_path):

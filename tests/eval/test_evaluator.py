@@ -6,6 +6,7 @@ import pytest
 
 from glmrag.data.types import Question
 from glmrag.eval import evaluate, format_markdown, write_outputs
+from glmrag.eval.outputs import format_console
 from glmrag.retrievers.base import Ranking
 
 GLM = {  # question -> ranked passages; entity rankings for the analysis measures
@@ -155,6 +156,7 @@ def test_markers_for_significant_differences(index_factory):
     assert by_metric["recall@2"].p_holm == pytest.approx(2 / 1001) and by_metric["recall@2"].marker == "**"
     assert by_metric["recall@5"].p_holm == 1.0 and by_metric["recall@5"].marker == ""
     assert "| bad | 0.0 [0.0, 0.0]\\*\\* | 100.0 [100.0, 100.0] |" in format_markdown(res)
+    assert "| bad | 0.0 [0.0, 0.0]** | 100.0 [100.0, 100.0] |" in format_console(res)  # a terminal: no escapes
     flipped = evaluate({"good": good, "bad": bad}, questions, index, ks=(2, 5), reference="bad", n_boot=1000)
     assert "| good | 100.0 [100.0, 100.0]† |" in format_markdown(flipped)
 

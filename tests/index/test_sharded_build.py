@@ -204,6 +204,19 @@ def test_a_corrupt_shard_is_refused(tmp_path):
         merge(tmp_path)
 
 
+def test_a_manifest_without_timings_is_refused_by_name(tmp_path):
+    """Probe (issue 50): a shard manifest without timings_s was a raw KeyError at merge."""
+    write_shards(tmp_path, 2)
+    manifest = tmp_path / Shard(1, 2).name / "manifest.json"
+    record = json.loads(manifest.read_text())
+    del record["timings_s"]
+    manifest.write_text(json.dumps(record))
+    with pytest.raises(
+        ShardError, match=r"shard-00001-of-00002/manifest.json: the manifest lacks or garbles 'timings_s'"
+    ):
+        merge(tmp_path)
+
+
 def test_shards_of_two_splits_need_a_count(tmp_path):
     write_shards(tmp_path, 2)
     write_shards(tmp_path, 3)
@@ -270,3 +283,12 @@ def test_cli_runs(tmp_path):
     assert not (tmp_path / "cache" / "indexes" / "shards").exists()  # shard_dir replaces the default folder
     run = subprocess.run([*args, "merge=2"], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert run.returncode == 1 and "shard 0/2 is missing" in run.stderr
+
+
+def test_a_file_as_shard_dir_is_refused_by_name(tiny_musique, tmp_path):
+    """Probe (issue 50): a file given as shard_dir was a raw FileExistsError."""
+    from glmrag.jobs.index import shard_dir
+
+    (afile := tmp_path / "afile").write_text("")
+    with pytest.raises(NotADirectoryError, match=f"shard_dir={afile} is a file; give a folder"):
+        shard_dir(job_config(tiny_musique, f"shard_dir={afile}"), None)

@@ -48,6 +48,8 @@ def json_type(value: Any) -> str:
 def read_text(path: PathLike) -> str:
     """The UTF-8 text of ``path`` (``.xz`` decompressed); a leading BOM is dropped."""
     p = Path(path)
+    if p.is_dir():
+        raise DataFileNotFoundError(str(p), "file", "is a folder", "a file: the one inside it that holds the records")
     if not p.is_file():
         raise DataFileNotFoundError(str(p), "file", "does not exist", "an existing file (check the path)")
     data = lzma.decompress(p.read_bytes()) if p.suffix == ".xz" else p.read_bytes()
