@@ -183,6 +183,10 @@ class KGDataModule(LightningDataModule, ABC):
             )
         return self._passage_emb[kg]
 
+    def train_question_count(self) -> int:
+        """How many distinct training questions this run read (after ``limit`` and ``train_fraction``)."""
+        return len(self._split_texts.get("train_split", {}))
+
     def split_questions(self, name: str, split_name: str) -> list[Question]:
         """The questions of ``split_name`` (``train_split``, ...) of dataset ``name`` that this run reads.
 

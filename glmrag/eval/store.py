@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 METRICS_FILE = "metrics.json"
 CONFIG_FILE = "config.yaml"
+NO_GAIN = "training did not help"
+"""The words of the training job's warning when the best checkpoint is no better than the untrained model
+(:class:`glmrag.jobs.train.StartScore`), by which a study report tells such runs apart."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,19 @@ class StoredRun:
     @property
     def evaluated(self) -> bool:
         return bool(self.metrics.get("overall"))
+
+    @property
+    def warnings(self) -> list[str]:
+        """Every warning the run filed, once each: the training job's (:data:`NO_GAIN`), the evaluator's, and
+        the headline's (an LLM method's fallbacks)."""
+        found = [*self.run.get("warnings", []), *self.metrics.get("warnings", [])]
+        found.append((self.metrics.get("headline") or {}).get("warning"))
+        return list(dict.fromkeys(w for w in found if w))
+
+    @property
+    def training_did_not_help(self) -> bool:
+        """The run's best checkpoint was no better on validation than its untrained model."""
+        return any(NO_GAIN in w for w in self.warnings)
 
 
 def run_record(result: EvalResult | None, run: dict[str, Any], trainer: dict[str, float] | None = None) -> dict:

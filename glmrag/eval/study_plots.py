@@ -6,8 +6,10 @@ by bucket of the evaluator's breakdowns (hops, supporting passages), with 95% CI
 hold them, hollow unjoined markers for buckets of fewer than :data:`SMALL_N` questions, and no second
 figure when two groupings put every question in the same bucket (MuSiQue: hops = supporting passages).
 :func:`evaluation_figures` draws those for one evaluation. Every series has a colour and marker of its
-own (:func:`series_style`), dodged sideways a little so equal values do not hide one another. Each
-returns the path it wrote, or None when there is nothing to draw.
+own (:func:`series_style`), dodged sideways a little so equal values do not hide one another. Beside a study's
+curves: each run's untrained model (dashed, the family's colour), dense retrieval (dotted grey), each point's
+number of training questions (``n=...``), and points whose training did not help drawn hollow and named in the
+legend. Each returns the path it wrote, or None when there is nothing to draw.
 """
 
 from __future__ import annotations
@@ -83,8 +85,41 @@ def _by_family(rows: Sequence[Row]) -> dict[str, list[Row]]:
     return out
 
 
+def _family_label(family: str, points: Sequence[Row]) -> str:
+    """The legend label of a family's curve: says when its training did not help at some or every point."""
+    if points and all(r.no_gain for r in points):
+        return f"{family} (training did not help: untrained)"
+    return f"{family} (hollow: training did not help)" if any(r.no_gain for r in points) else family
+
+
+def _references(ax, x: Sequence[float], points: Sequence[Row], rows: Sequence[Row], metric: str, colour) -> None:
+    """Beside a family's points: each point's own run's untrained model (dashed, the family's colour) and the
+    number of training questions of each point (``n=...``)."""
+    by_run = {(r.run_id, r.system): r for r in rows}
+    untrained = [(xi, by_run.get((r.run_id, "untrained"))) for xi, r in zip(x, points, strict=True)]
+    drawn = [(xi, 100 * u.overall[metric].mean) for xi, u in untrained if u is not None and metric in u.overall]
+    if drawn:
+        ux, uy = zip(*drawn, strict=True)
+        ax.plot(ux, uy, linestyle="--", color=colour, alpha=0.8, label=f"{points[0].family} untrained (dashed)")
+    for xi, r in zip(x, points, strict=True):
+        y = 100 * r.overall[metric].mean
+        if r.train_questions is not None:
+            ax.annotate(f"n={r.train_questions}", (xi, y), textcoords="offset points", xytext=(0, 7), ha="center")
+        if r.no_gain:  # hollow, over the family's filled marker
+            ax.plot([xi], [y], linestyle="none", marker="o", markersize=11, mfc="white", mec=colour, zorder=3)
+
+
+def _dense_reference(ax, x_of: dict[str, float], rows: Sequence[Row], metric: str) -> None:
+    """The dense baseline of the runs drawn, at each point's x (grey, dotted)."""
+    dense = sorted({(x_of[r.run_id], 100 * r.overall[metric].mean) for r in rows
+                    if r.system == "dense" and r.run_id in x_of and metric in r.overall})  # fmt: skip
+    if dense:
+        ax.plot(*zip(*dense, strict=True), linestyle=":", color="grey", label="dense (dotted)")
+
+
 def plot_scaling(rows: Sequence[Row], path: str | os.PathLike[str], metric: str = METRIC) -> Path | None:
-    """Recall against parameters (log scale) with 95% CIs, when some family has two or more sizes."""
+    """Recall against parameters (log scale) with 95% CIs, when some family has two or more sizes; each run's
+    untrained model and dense retrieval beside it, points whose training did not help drawn hollow."""
     families = {f: [r for r in rs if r.num_parameters] for f, rs in _by_family(rows).items()}
     if not any(len({r.num_parameters for r in rs}) > 1 for rs in families.values()):
         return None
@@ -95,9 +130,12 @@ def plot_scaling(rows: Sequence[Row], path: str | os.PathLike[str], metric: str 
         y = [100 * r.overall[metric].mean for r in rs]
         err = [[100 * (r.overall[metric].mean - r.overall[metric].low) for r in rs],
                [100 * (r.overall[metric].high - r.overall[metric].mean) for r in rs]]  # fmt: skip
-        ax.errorbar(x, y, yerr=err, capsize=3, label=family, **series_style(i))
+        style = series_style(i)
+        ax.errorbar(x, y, yerr=err, capsize=3, label=_family_label(family, rs), **style)
+        _references(ax, x, rs, rows, metric, style["color"])
+    _dense_reference(ax, {r.run_id: r.num_parameters for rs in families.values() for r in rs}, rows, metric)
     ax.set_xscale("log")
-    ax.legend()
+    ax.legend(fontsize=7)
     return _save(fig, path)
 
 
@@ -116,15 +154,18 @@ def plot_sweep(rows: Sequence[Row], key: str, path: str | os.PathLike[str], metr
         points = sorted(swept[family], key=lambda r: position[r.values[key]])
         if points:
             x = [position[r.values[key]] for r in points]
-            ax.plot(x, [100 * r.overall[metric].mean for r in points], label=family, **style)
+            ax.plot(x, [100 * r.overall[metric].mean for r in points], label=_family_label(family, points), **style)
             low, high = ([100 * getattr(r.overall[metric], e) for r in points] for e in ("low", "high"))
             ax.fill_between(x, low, high, alpha=0.15, color=style["color"])
+            _references(ax, x, points, rows, metric, style["color"])
         elif len(rs) == 1:  # a reference without the swept value
             mean = 100 * rs[0].overall[metric].mean
             ax.axhline(mean, linestyle="--", color=style["color"], label=f"{family} (no {key}, dashed)")
+    swept_x = {r.run_id: position[r.values[key]] for points in swept.values() for r in points}
+    _dense_reference(ax, swept_x, rows, metric)
     if not numeric:
         ax.set_xticks(list(position.values()), [str(v) for v in values])
-    ax.legend()
+    ax.legend(fontsize=7)
     return _save(fig, path)
 
 

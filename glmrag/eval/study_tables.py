@@ -20,7 +20,7 @@ from typing import Any
 
 from glmrag.eval.outputs import _cell, _label
 from glmrag.eval.significance import Interval
-from glmrag.eval.store import StoredRun
+from glmrag.eval.store import NO_GAIN, StoredRun
 from glmrag.eval.traces import fallback_cell
 
 METRICS = ("recall@2", "recall@5")
@@ -28,6 +28,8 @@ SYSTEM_KEYS = ("system", "experiment")
 """Override keys that choose the system or the study: their values name families, not rows."""
 LABELS = {"data": "train data", "eval_data": "test data", "data.name": "train data"}
 MISSING = "–"
+NO_GAIN_MARK = "(untrained)"
+"""Marks a paper-table cell whose run's training did not help (:data:`~glmrag.eval.store.NO_GAIN`)."""
 BOOKKEEPING_KEYS = (
     "logger",
     "output_dir",
@@ -66,6 +68,10 @@ class Row:
     """Decision -> ``{"fell_back", "of", "unit"}`` of an LLM method (``metrics.json`` headline); None otherwise."""
     identical_to: str | None = None
     """The system of the same run whose rankings this one's equal on every question."""
+    train_questions: int | None = None
+    """The questions the run trained on (the trained system's row; None for a baseline or an older run)."""
+    no_gain: bool = False
+    """The run's training did not help (its trained system's row): the point measures its untrained model."""
 
 
 def overrides(run: StoredRun) -> dict[str, str]:
@@ -145,6 +151,8 @@ def study_rows(runs: Sequence[StoredRun]) -> tuple[list[Row], list[str]]:
                     ms_per_question=timing.get(system),
                     fallbacks=notes.get(system, {}).get("fallbacks"),
                     identical_to=notes.get(system, {}).get("identical_to"),
+                    train_questions=run.run.get("train_questions") if ref else None,
+                    no_gain=ref and run.training_did_not_help,
                 )
             )
     return rows, keys
@@ -201,12 +209,14 @@ def format_study_markdown(runs: Sequence[StoredRun], title: str) -> str:
         ]
         for rk in row_keys:
             values = [_fmt(v) for v in rk] or ["all"]
-            lines.append(_md_row(values + [_cell(_get(cells.get((rk, f)), metric), True) for f in families]))
+            lines.append(_md_row(values + [_paper_cell(cells.get((rk, f)), metric) for f in families]))
         lines.append("")
 
     timed = any(r.ms_per_question is not None for r in rows)
     with_llm = any(r.fallbacks is not None for r in rows)
-    head = ["Run", "System", *heads[: len(keys)], "Params", *(_label(m) for m in METRICS)] + (["ms/q"] if timed else [])
+    sized = any(r.train_questions is not None for r in rows)
+    head = ["Run", "System", *heads[: len(keys)], *(["Train q"] if sized else []), "Params"]
+    head += [*(_label(m) for m in METRICS)] + (["ms/q"] if timed else [])
     lines += [
         "## All runs",
         "",
@@ -220,17 +230,26 @@ def format_study_markdown(runs: Sequence[StoredRun], title: str) -> str:
         scores = [_cell(r.overall.get(m), True) + r.markers[m].replace("*", "\\*") for m in METRICS]
         timing = [MISSING if r.ms_per_question is None else f"{r.ms_per_question:.1f}"] if timed else []
         llm = [fallback_cell(r.fallbacks)] if with_llm else []
-        lines.append(_md_row([r.run_id, name, *values, _params(r.num_parameters), *scores, *timing, *llm]))
+        size = [MISSING if r.train_questions is None else str(r.train_questions)] if sized else []
+        lines.append(_md_row([r.run_id, name, *values, *size, _params(r.num_parameters), *scores, *timing, *llm]))
 
     evaluated = {}
     for run in runs:
         if run.evaluated:
             evaluated.setdefault(str(run.run.get("eval_data", MISSING)), run.metrics["counts"]["evaluated"])
     n_boot = {run.metrics.get("settings", {}).get("n_boot") for run in runs if run.evaluated}
-    warned = [(r.run_id, (r.metrics.get("headline") or {}).get("warning")) for r in runs if r.evaluated]
+    warned = [(r.run_id, warning) for r in runs if r.evaluated for warning in r.warnings]
     lines += [
         "",
-        *(f"**{run_id}: {warning}**  " for run_id, warning in warned if warning),
+        *(f"**{run_id}: {warning}**  " for run_id, warning in warned),
+        *(
+            [
+                f"{NO_GAIN_MARK}: {NO_GAIN} in that run (its best checkpoint was no better on validation than its "
+                "untrained model): the cell measures the untrained model, not what training reached.  "
+            ]
+            if any(r.no_gain for r in rows)
+            else []
+        ),
         f"{len(rows)} system rows from {len({r.run_id for r in rows})} evaluated runs; questions with gold passages "
         f"per test set: {', '.join(f'{d} {n}' for d, n in evaluated.items())}. Values ×100; brackets: 95% "
         f"bootstrap CI ({', '.join(str(n) for n in sorted(n_boot, key=str))} resamples).  ",
@@ -260,6 +279,11 @@ def format_study_markdown(runs: Sequence[StoredRun], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _paper_cell(row: Row | None, metric: str) -> str:
+    """A paper-table cell: the value with its CI, marked :data:`NO_GAIN_MARK` when the run's training did not help."""
+    return _cell(_get(row, metric), True) + (f" {NO_GAIN_MARK}" if row is not None and row.no_gain else "")
+
+
 def _get(row: Row | None, metric: str) -> Interval | None:
     return None if row is None else row.overall.get(metric)
 
@@ -279,13 +303,14 @@ def runs_csv(runs: Sequence[StoredRun]) -> str:
     """The runs table as CSV: one line per (run, system), means and CI bounds as fractions, markers apart, then
     the system it repeats and its LLM fallbacks (empty for none)."""
     rows, keys = study_rows(runs)
-    header = ["run", "system", "reference", "family", "eval_data", *keys, "num_parameters", "ms_per_question"]
+    header = ["run", "system", "reference", "family", "eval_data", *keys, "train_questions", "training_did_not_help"]
+    header += ["num_parameters", "ms_per_question"]
     header += [f"{m}_{part}" for m in METRICS for part in ("mean", "low", "high", "marker")]
     header += ["identical_to", "llm_fallbacks"]
     records = []
     for r in rows:
         rec = [r.run_id, r.system, r.reference, r.family, r.eval_data, *(r.values.get(k, "") for k in keys)]
-        rec += [r.num_parameters, r.ms_per_question]
+        rec += [r.train_questions, r.no_gain if r.reference else None, r.num_parameters, r.ms_per_question]
         for m in METRICS:
             iv = r.overall.get(m)
             rec += [iv.mean, iv.low, iv.high] if iv else [None] * 3

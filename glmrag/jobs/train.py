@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from glmrag.data.files import register_data
 from glmrag.datamodules.kg_datamodule import dataset_index_config
 from glmrag.eval import EvalResult
-from glmrag.eval.store import run_record, write_run
+from glmrag.eval.store import NO_GAIN, run_record, write_run
 from glmrag.index.embed import Embedder
 from glmrag.io import check_room, children_die_with_parent, local_checkpoint
 from glmrag.jobs.common import RunConfig, compose_config, hydra_overrides, instantiate_datamodule, resolved_config_yaml
@@ -167,7 +167,7 @@ class StartScore(Callback):
             return None
         return (
             f"Warning: the best checkpoint's {self.monitor} ({best:.4f}) is no better than the untrained model's "
-            f"({self.score:.4f}): training did not help. Check the learning rate, the number of epochs and "
+            f"({self.score:.4f}): {NO_GAIN}. Check the learning rate, the number of epochs and "
             "the training questions."
         )
 
@@ -408,7 +408,8 @@ def file_on_rank_zero(
     if not trainer.is_global_zero or trainer.fast_dev_run:
         return []
     model = trainer.lightning_module
-    stored = store_train_run(cfg, model, metrics, best, evals, warnings)
+    count = getattr(trainer.datamodule, "train_question_count", None)
+    stored = store_train_run(cfg, model, metrics, best, evals, warnings, count() if count else None)
     for logger in loggers:
         logger.log_hyperparams({"results": [str(p) for p in stored], "num_parameters": num_parameters(model)})
     return stored
@@ -446,8 +447,10 @@ def store_train_run(
     best: str | None,
     evals: dict[str, EvalResult],
     warnings: Sequence[str] = (),
+    train_questions: int | None = None,
 ) -> list[Path]:
-    """File the run in the results store: one entry per evaluated dataset (one, without metrics, if none)."""
+    """File the run in the results store: one entry per evaluated dataset (one, without metrics, if none), with
+    the number of questions it trained on (a study report's points name it)."""
     absent = object()
     settings = {key: OmegaConf.select(cfg, key, default=absent) for key in KEY_SETTINGS}
     run = {
@@ -456,6 +459,7 @@ def store_train_run(
         "family": cfg.family,
         "model": cfg.model._target_,
         "train_data": list(cfg.datamodule.datasets),
+        "train_questions": train_questions,
         "num_parameters": num_parameters(model),
         "num_trainable_parameters": num_parameters(model, trainable_only=True),
         "best_checkpoint": best,

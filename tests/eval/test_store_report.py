@@ -214,3 +214,34 @@ def test_a_training_run_is_stored_once_per_evaluated_dataset(result, tmp_path):
     assert unevaluated.name == "gnn-musique100-2" and "overall" not in json.loads(
         (unevaluated / "metrics.json").read_text()
     )
+
+
+def test_a_data_scaling_report_says_where_training_did_not_help(tmp_path):
+    """Issue 50 item 4: three of four toy data-scaling runs said "training did not help" in metrics.json, and
+    neither report.md nor the plot said so; the plot had no untrained or dense reference and no sizes."""
+    from glmrag.eval.study_plots import figure_labels
+
+    res = tmp_path / "res"
+    warning = "the best checkpoint's val/recall@2 (0.2) is no better than the untrained model's: training did not help"
+    for fraction, n, r2, helped in ((0.5, 30, 0.3, False), (1.0, 60, 0.45, True)):
+        name = f"glm_f{fraction}"
+        _run(res, name, "glm_rag", r2, 0.6, settings={"datamodule.train_fraction": fraction},
+             overrides=["experiment=study_data_scaling", f"datamodule.train_fraction={fraction}"])  # fmt: skip
+        metrics_path = res / name / "metrics.json"
+        stored = json.loads(metrics_path.read_text())
+        stored["systems"].append("untrained")
+        stored["overall"]["untrained"] = {"recall@2": _iv(0.3), "recall@5": _iv(0.55)}
+        stored["run"] |= {"train_questions": n, "warnings": [] if helped else [warning]}
+        metrics_path.write_text(json.dumps(stored))
+    paths = build_report(res, tmp_path / "out")
+    md = paths["report.md"].read_text()
+    assert f"**glm_f0.5: {warning}**" in md  # every run's warning, as the run filed it
+    assert "| 0.5 | 30.0 [20.0, 40.0] (untrained) |" in md and "| 1.0 | 45.0 [35.0, 55.0] |" in md
+    assert "(untrained): training did not help in that run" in md
+    assert "| glm_f0.5 | glm_f0.5 (ref) | 0.5 | 30 | 1,000 |" in md  # the training questions of each point
+    labels = figure_labels(paths["recall_by_datamodule_train_fraction.png"])
+    assert labels == ["glm_rag (hollow: training did not help)", "glm_rag untrained (dashed)", "dense (dotted)"]
+    with paths["runs.csv"].open() as f:
+        rows = {(r["run"], r["system"]): r for r in csv.DictReader(f)}
+    assert rows[("glm_f0.5", "glm_f0.5")]["training_did_not_help"] == "True"
+    assert rows[("glm_f1.0", "glm_f1.0")]["train_questions"] == "60"
