@@ -34,6 +34,7 @@ from glmrag.graph.subgraph import MAX_HOPS, Subgraph, select_subgraph
 from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.io import load_checkpoint_dict
+from glmrag.models.checkpointing import CheckpointMismatchError
 from glmrag.models.losses import gfm_rag_loss, passage_list_ce
 from glmrag.models.retriever_module import (
     Evaluation,
@@ -258,9 +259,30 @@ class GNNRetrieverModule(RetrieverModule):
             )
 
     def load_gnn_weights(self, ckpt_path: str) -> None:
-        """Copy the GNN weights of a checkpoint of this module (any stage) into ``self.gnn`` (strict)."""
-        state = load_checkpoint_dict(ckpt_path, "model.init_from")["state_dict"]
-        self.gnn.load_state_dict({k.removeprefix("gnn."): v for k, v in state.items() if k.startswith("gnn.")})
+        """Copy the GNN weights of a checkpoint of this module (any stage) into ``self.gnn`` (strict); a file in
+        another layout, without GNN weights or with weights of other sizes is a :class:`CheckpointMismatchError`
+        that names it."""
+        key = f"model.init_from={ckpt_path}"
+        ckpt = load_checkpoint_dict(ckpt_path, "model.init_from")
+        if not isinstance(ckpt.get("state_dict"), Mapping):
+            layout = "GFM-RAG's layout ({'model': state_dict}, its model.pth)" if "model" in ckpt else "no state_dict"
+            raise CheckpointMismatchError(
+                f"{key} holds {layout}, not a checkpoint train.py wrote; give a .ckpt of a glmrag GNN run"
+            )
+        state = {k.removeprefix("gnn."): v for k, v in ckpt["state_dict"].items() if k.startswith("gnn.")}
+        if not state:
+            raise CheckpointMismatchError(f"{key} holds no GNN weights (no 'gnn.' keys): give a GNN run's checkpoint")
+        own = self.gnn.state_dict()
+        wrong = [f"gnn.{k} has shape {tuple(v.shape)} there, {tuple(own[k].shape)} here"
+                 for k, v in state.items() if k in own and v.shape != own[k].shape]  # fmt: skip
+        wrong += [f"gnn.{k} is missing there" for k in own if k not in state]
+        wrong += [f"gnn.{k} is there but not in this model" for k in state if k not in own]
+        if wrong:
+            raise CheckpointMismatchError(
+                f"{key} holds another GNN than model.gnn ({self.config.hidden_channels} channels, "
+                f"{self.config.num_layers} layers): {wrong[0]}; set model.gnn to the checkpoint's sizes"
+            )
+        self.gnn.load_state_dict(state)
 
     def graph(self, kg: str) -> GraphInputs:
         """The source's GNN inputs of ``kg``, moved to this module's device once."""

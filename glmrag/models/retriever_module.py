@@ -55,6 +55,7 @@ from glmrag.models.checkpointing import (
     SEEN_QUESTIONS_KEY,
     SEEN_VERSION_KEY,
     CheckpointLayoutError,
+    CheckpointMismatchError,
     check_layout,
 )
 from glmrag.nn.prior import PriorSettings
@@ -185,9 +186,19 @@ class RetrieverModule(LightningModule, ABC):
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         """Lightning's ``load_from_checkpoint`` of a checkpoint in today's hyper-parameter layout
-        (:func:`~glmrag.models.checkpointing.check_layout`)."""
+        (:func:`~glmrag.models.checkpointing.check_layout`). Hyper-parameters that are missing, or that build a
+        model the weights do not fit (a file edited by hand, or another model's), are a
+        :class:`~glmrag.models.checkpointing.CheckpointMismatchError` naming the file, not torch's key list."""
         check_layout(checkpoint_path, weights_only=kwargs.get("weights_only") is not False)
-        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+        try:
+            return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+        except (RuntimeError, TypeError, KeyError, AttributeError) as err:  # AttributeError: hyper_parameters=None
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+            raise CheckpointMismatchError(
+                f"checkpoint {checkpoint_path}: its hyper-parameters do not build a {cls.__name__} its weights fit "
+                f"({'; '.join(lines[:2])[:300]}); the file was edited or holds another model: use a checkpoint "
+                "train.py wrote, unchanged"
+            ) from err
 
     def kg_source(self) -> KGSource:
         """:attr:`kgs`, or a RuntimeError that says how to give it."""

@@ -190,3 +190,52 @@ def test_a_checkpoint_with_one_flipped_bit_is_refused_wherever_it_is_read(traine
         with pytest.raises(ConfigError, match=rf"{key}=.*{named}"):
             run_train(compose_config("train", job(tiny_musique, tmp_path, f"{key}={tmp_path / 'flipped.ckpt'}")))
     assert not (tmp_path / "eval").exists()
+
+
+def edited(best: Path, target: Path, edit) -> Path:
+    """``best`` saved again as ``target`` after ``edit(checkpoint dict)``: a file changed by hand."""
+    ckpt = torch.load(best, weights_only=True)
+    edit(ckpt)
+    torch.save(ckpt, target)
+    return target
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda c: c["hyper_parameters"].pop("gnn"),
+        lambda c: c["hyper_parameters"]["gnn"].update(hidden_channels=16),
+        lambda c: c.update(hyper_parameters=None),
+    ],
+    ids=["node removed", "size changed", "hyper_parameters=None"],
+)
+def test_hand_edited_hyper_parameters_are_named_not_torchs_key_list(trained, tmp_path, edit):
+    """Probe (issue 50): these gave torch's 'Missing key(s)' / 'size mismatch' lists without the file or fix."""
+    from glmrag.models.gnn_module import GNNRetrieverModule
+
+    (best,) = trained.glob("epoch*.ckpt")
+    path = edited(best, tmp_path / "edited.ckpt", edit)
+    with pytest.raises(CheckpointMismatchError, match=rf"checkpoint {path}: its hyper-parameters do not build"):
+        GNNRetrieverModule.load_from_checkpoint(path, weights_only=True)
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda c: c.update(model=c.pop("state_dict")), r"holds GFM-RAG's layout \({'model': state_dict}"),
+        (lambda c: c.update(state_dict={k: v for k, v in c["state_dict"].items() if not k.startswith("gnn.")}),
+         r"holds no GNN weights \(no 'gnn.' keys\)"),
+        (lambda c: None, r"holds another GNN than model.gnn \(16 channels, 1 layers\): gnn.* has shape"),
+    ],
+    ids=["GFM-RAG layout", "no gnn keys", "other sizes"],
+)  # fmt: skip
+def test_init_from_a_file_it_cannot_use_names_the_file_and_the_fix(trained, tmp_path, edit, says):
+    """Probe (issue 50): model.init_from with these gave KeyError: 'state_dict' or torch's key lists."""
+    from glmrag.models.gnn_module import GNNRetrieverModule
+
+    (best,) = trained.glob("epoch*.ckpt")
+    path = edited(best, tmp_path / "init.ckpt", edit)
+    saved = torch.load(best, weights_only=True)["hyper_parameters"]
+    module = GNNRetrieverModule(**{**saved, "gnn": {**saved["gnn"], "hidden_channels": 16}})
+    with pytest.raises(CheckpointMismatchError, match=rf"model.init_from={path} {says}"):
+        module.load_gnn_weights(str(path))
