@@ -217,6 +217,59 @@ class ChunkShards:
             yield decode(item)
 
 
+def check_record_store(records_dir: str | Path | None, records_url: str | None, storage_options: Any, key: str) -> None:
+    """Refuse, before any index or chunk is written, a chunk store that cannot work: ``storage_options`` that
+    is not a mapping, a file as the local folder (``<key>``), or a ``records_url`` that cannot be reached
+    (:func:`check_records_url`)."""
+    if not isinstance(storage_options, Mapping):
+        raise ValueError(
+            f"datamodule.storage_options={storage_options!r}: must be a mapping of LitData client options "
+            "(e.g. {endpoint_url: http://...}) or null"
+        )
+    if records_dir is not None and Path(records_dir).exists() and not Path(records_dir).is_dir():
+        raise NotADirectoryError(f"datamodule.{key}={records_dir} is a file; give a folder for the chunks")
+    if records_url is not None:
+        check_records_url(records_url, storage_options)
+
+
+URL_TIMEOUT_S = 10
+"""How long the check of a ``records_url`` waits for its server, once (engineering choice: LitData's own client
+retries for minutes before it names the split)."""
+
+
+def check_records_url(records_url: str, storage_options: Mapping[str, Any]) -> None:
+    """A ``records_url`` that cannot be read is a ConnectionError or FileNotFoundError naming it, the endpoint
+    and the fix: an ``s3://`` bucket is asked for one key under the prefix, once, within :data:`URL_TIMEOUT_S`;
+    a local path (no scheme, or ``file://``) must be a folder. Other schemes are left to LitData."""
+    url = urlparse(records_url)
+    if url.scheme in ("", "file"):
+        if not Path(url.path).is_dir():
+            raise FileNotFoundError(f"datamodule.records_url={records_url}: no such folder")
+        return
+    if url.scheme != "s3":
+        return
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    options = {k: v for k, v in storage_options.items() if k not in ("data_connection_id", "config")}  # as LitData
+    endpoint = options.get("endpoint_url") or "AWS S3"
+    config = Config(connect_timeout=URL_TIMEOUT_S, read_timeout=URL_TIMEOUT_S, retries={"max_attempts": 1})
+    try:
+        client = boto3.client("s3", config=config, **options)
+        client.list_objects_v2(Bucket=url.netloc, Prefix=url.path.lstrip("/"), MaxKeys=1)
+    except ClientError as err:
+        raise FileNotFoundError(
+            f"datamodule.records_url={records_url}: {endpoint} refused the listing ({err}); check the bucket, "
+            "the prefix and the credentials"
+        ) from None
+    except (BotoCoreError, TypeError, ValueError) as err:  # unreachable endpoint, no credentials, bad options
+        raise ConnectionError(
+            f"datamodule.records_url={records_url}: cannot reach {endpoint} ({err}); check "
+            "datamodule.storage_options (endpoint_url, credentials) and the network"
+        ) from None
+
+
 def split_location(folder: Path, written_to: Path, records_url: str | None) -> str:
     """Where the split written to ``folder`` (under ``written_to``) is read from: ``folder`` itself, or its
     place under ``records_url`` (a copy of ``written_to`` in object storage)."""

@@ -47,7 +47,7 @@ from torch.utils.data import DataLoader
 
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import Question
-from glmrag.datamodules.chunk_records import open_splits, split_location
+from glmrag.datamodules.chunk_records import check_record_store, open_splits, split_location
 from glmrag.datamodules.gnn_batches import ChunkBatches, KGCCollate, LocalBatches, QACollate, QARecord, TripleRecord
 from glmrag.datamodules.gnn_input_cache import (
     cached_graph_inputs,
@@ -128,13 +128,7 @@ class KGQADataModule(KGDataModule):
             raise ValueError(f"datamodule.records_url={records_url!r} needs datamodule.store=litdata, not {store!r}")
         check_counts(batch_size=batch_size, num_workers=num_workers, chunk_size=chunk_size, write_workers=write_workers)
         storage_options = plain_container(storage_options or {})
-        if not isinstance(storage_options, Mapping):
-            raise ValueError(
-                f"datamodule.storage_options={storage_options!r}: must be a mapping of LitData client options "
-                "(e.g. {endpoint_url: http://...}) or null"
-            )
-        if records_dir is not None and Path(records_dir).exists() and not Path(records_dir).is_dir():
-            raise NotADirectoryError(f"datamodule.records_dir={records_dir} is a file; give a folder for the chunks")
+        check_record_store(records_dir, records_url, storage_options, "records_dir")
         datasets, index, questions = self.plain_arguments(datasets, index, questions)
         self.save_hyperparameters(logger=False)  # questions' fields flat, as in the config
         self.inputs_cache_dir = inputs_cache_dir or default_inputs_cache_dir()

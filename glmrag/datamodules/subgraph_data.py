@@ -27,7 +27,13 @@ from torch.utils.data import DataLoader
 
 from glmrag.data.registry import load_dataset
 from glmrag.data.types import Dataset, Question
-from glmrag.datamodules.chunk_records import ChunkShards, open_splits, split_location, write_chunks
+from glmrag.datamodules.chunk_records import (
+    ChunkShards,
+    check_record_store,
+    open_splits,
+    split_location,
+    write_chunks,
+)
 from glmrag.datamodules.glm_inputs import GLMCollate, SubgraphSettings, load_tokenizer, question_record
 from glmrag.datamodules.gnn_input_cache import cached_question_embeddings, default_inputs_cache_dir
 from glmrag.datamodules.kg_datamodule import KGDataModule, check_counts, settings_from
@@ -213,6 +219,7 @@ class SubgraphDataModule(KGDataModule):
         )
         subgraph = self.settings.as_dict()  # every field, plain, in the hparams
         storage_options = plain_container(storage_options or {})
+        check_record_store(cache_dir, records_url, storage_options, "cache_dir")
         self.save_hyperparameters(logger=False)
         self.cache_dir = Path(cache_dir or cache_root() / "glm_chunks")
         self.batch_size_per_device = batch_size

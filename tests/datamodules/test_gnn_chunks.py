@@ -67,6 +67,13 @@ def test_chunks_give_the_batches_of_the_records_in_memory(index_config, tmp_path
     (afile := tmp_path / "afile").write_text("")
     with pytest.raises(NotADirectoryError, match=f"datamodule.records_dir={afile} is a file"):
         make(index_config, store="litdata", records_dir=str(afile))
+    # an endpoint nobody listens on: LitData's client retried for about 6 minutes, then blamed the split
+    closed = {"endpoint_url": "http://127.0.0.1:9", "region_name": "us-east-1", "aws_access_key_id": "k"}
+    closed["aws_secret_access_key"] = "s"
+    with pytest.raises(ConnectionError, match=r"records_url=s3://glm/x: cannot reach http://127.0.0.1:9 \("):
+        make(index_config, store="litdata", records_url="s3://glm/x", storage_options=closed)
+    with pytest.raises(FileNotFoundError, match=f"records_url={tmp_path / 'nowhere'}: no such folder"):
+        make(index_config, store="litdata", records_url=str(tmp_path / "nowhere"))
 
 
 def test_two_ranks_by_two_workers_see_every_question_once(index_config, tmp_path):
