@@ -139,3 +139,40 @@ def test_a_printed_checkpoint_path_goes_back_into_the_command_line(overrides, tm
     for key in ("ckpt_path", "model.init_from", "results_dir"):
         (parsed,) = OverridesParser.create().parse_overrides([f"{key}={path}"])
         assert parsed.value() == path, key
+
+
+def _entry(entry, args: list[str], monkeypatch) -> None:
+    """Run a console script's entry point in this process, as ``python <script> <args>`` runs it."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    monkeypatch.setattr("sys.argv", ["train.py", *args])
+    try:
+        entry()
+    finally:
+        GlobalHydra.instance().clear()
+
+
+@pytest.mark.integration  # three jobs on musique_tiny through the console scripts, in this process (20 s)
+def test_a_run_with_overrides_is_evaluated_and_resumed_by_its_printed_paths(
+    tiny_musique, glmrag_cache, tmp_path, monkeypatch
+):
+    """Issue 50 item 2: train with overrides (they name the run), then pass the checkpoint path the job printed
+    back to eval.py and to a resume, unquoted, as a user pastes it."""
+    from glmrag.jobs import cli
+
+    monkeypatch.chdir(tmp_path)  # checkpoints/<run name>/<run id>/ under the working folder, as a user has it
+    tiny = [f"data.name={tiny_musique}", "model.gnn.hidden_channels=8", "model.gnn.num_layers=1", "logger=[csv]"]
+    tiny += ["callbacks.rich_progress_bar=null", "n_boot=20", "evaluate=false", "model.scheduler=null"]
+    _entry(cli.train, ["experiment=demo", *tiny, "model.optimizer.lr=0.002", "trainer.max_epochs=1"], monkeypatch)
+    (log,) = tmp_path.glob("outputs/train/*/*/train.log")  # what the job printed, as its log file keeps it
+    (line,) = [line for line in log.read_text().splitlines() if " - best checkpoint: " in line]
+    best = Path(line.split(" - best checkpoint: ")[1])
+    assert "+lr@0.002" in str(best) and "=" not in str(best.relative_to(tmp_path)) and best.is_file()
+
+    _entry(cli.evaluate, ["retriever=[checkpoint]", f"ckpt_path={best}", "data=musique100", tiny[0], "n_boot=20",
+                          "output_dir=ev"], monkeypatch)  # fmt: skip
+    assert (tmp_path / "ev" / "metrics.json").is_file()
+    last = best.parent / "last.ckpt"
+    resumed = ["experiment=demo", *tiny, "model.optimizer.lr=0.002", "trainer.max_epochs=2", f"ckpt_path={last}"]
+    _entry(cli.train, resumed, monkeypatch)
+    assert torch.load(last, weights_only=True)["epoch"] == 1  # the second epoch, in the same run folder
