@@ -65,14 +65,21 @@ def test_an_unparsable_override_says_how_to_quote_it():
     assert message.startswith("eval.py: cannot read 'ckpt_path=a=b'") and "key='a=b'" in message
 
 
-def test_a_users_mistake_prints_its_message_and_no_traceback(capsys, caplog, monkeypatch):
+def test_a_users_mistake_prints_its_message_and_no_traceback(capsys, monkeypatch, tmp_path):
     monkeypatch.delenv(FULL_ERROR_ENV, raising=False)
     error = DataFormatError("q.json", "question 4 (id 'q4')", "has no 'question'", "a non-empty question string")
-    with pytest.raises(SystemExit) as stop, caplog.at_level(logging.ERROR), reported_errors("train.py"):
-        raise error
+    log_file = logging.FileHandler(tmp_path / "train.log")  # Hydra's job log
+    logging.getLogger().addHandler(log_file)
+    try:
+        with pytest.raises(SystemExit) as stop, reported_errors("train.py"):
+            raise error
+    finally:
+        logging.getLogger().removeHandler(log_file)
+        log_file.close()
     assert stop.value.code == 1 and stop.value.__cause__ is None and stop.value.__suppress_context__
-    assert caplog.messages == [f"train.py: {error}"]
-    assert "Traceback" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err == f"train.py: {error}\n(the traceback: HYDRA_FULL_ERROR=1 or --verbose)\n"  # on stderr, once
+    assert (tmp_path / "train.log").read_text() == f"train.py: {error}\n"  # and in the job's log
 
 
 def test_the_full_traceback_is_behind_hydra_full_error_or_verbose(monkeypatch):

@@ -96,7 +96,7 @@ def test_ddp_job_fits_tests_and_evaluates_once(system, glmrag_cache, tmp_path, t
     output_dir = Path(entry["run"]["output_dir"])
     assert sorted(p.name for p in output_dir.glob("*.log")) == ["train.log", "train_ddp_rank_1.log"]  # two ranks
     assert [p.parent.name for p in output_dir.glob("*/metrics.json")] == ["eval"]  # one evaluation
-    assert set(entry["systems"]) == {entry["reference"], "ppr"} and "test/recall@2" in entry["trainer"]
+    assert set(entry["systems"]) == {entry["reference"], "untrained", "ppr"} and "test/recall@2" in entry["trainer"]
     if system == "gfm_rag":  # KG-completion pretraining ran under DDP, then the fine-tuning started from it
         assert (Path(entry["run"]["best_checkpoint"]).parent / "pretrain" / "last.ckpt").is_file()
     single = one_process_validation(train_config, overrides, entry["run"]["best_checkpoint"])

@@ -131,7 +131,7 @@ def test_glm_trains_tests_and_evaluates_like_the_gnn(glmrag_cache, tmp_path):
     assert cfg.datamodule.tokenizer == cfg.model.glm.tokenizer
     out = run_train(cfg)
     result = out["eval"]
-    assert result.systems == ["glm_demo-musique100", "ppr"]
+    assert result.systems == ["glm_demo-musique100", "untrained", "ppr"]
     # The GLM checkpoint retriever rebuilds the subgraphs and ranks as Trainer.test did.
     assert result.overall["glm_demo-musique100"]["recall@2"].mean == pytest.approx(
         out["metrics"]["test/recall@2"], abs=1e-6

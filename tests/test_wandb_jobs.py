@@ -50,10 +50,10 @@ def test_each_job_in_one_process_logs_its_own_run_with_tables_and_checkpoint(glm
     assert (files / "checkpoints" / best.name).read_bytes() == best.read_bytes()  # offline: a copy in the run
     table = json.loads(next(files.glob("media/table/eval/table_*.table.json")).read_text())
     assert table["columns"][:3] == ["system", "reference", "recall@1"]
-    assert [row[0] for row in table["data"]] == ["gfm_rag_plus_demo-musique100", "ppr"]
+    assert [row[0] for row in table["data"]] == ["gfm_rag_plus_demo-musique100", "untrained", "ppr"]
     rankings = json.loads(next(files.glob("media/table/eval/rankings_*.table.json")).read_text())
     n_test = len(first["eval"].question_ids)
-    assert len(rankings["data"]) == 2 * n_test and rankings["columns"][:3] == ["system", "question_id", "top_passages"]
+    assert len(rankings["data"]) == 3 * n_test and rankings["columns"][:3] == ["system", "question_id", "top_passages"]
 
 
 @pytest.mark.integration  # KG-completion pretraining, then fine-tuning, on musique100

@@ -127,9 +127,18 @@ def reported_errors(script: str) -> Iterator[None]:
     except USER_ERRORS as e:
         if _full_error():
             raise
-        log.error("%s: %s", script, _message(e))
-        print(f"(the traceback: {FULL_ERROR_ENV}=1 or {VERBOSE})", file=sys.stderr)
+        message = f"{script}: {_message(e)}"
+        print(f"{message}\n(the traceback: {FULL_ERROR_ENV}=1 or {VERBOSE})", file=sys.stderr)
+        _to_log_files(message)
         raise SystemExit(1) from None
+
+
+def _to_log_files(message: str) -> None:
+    """``message`` as an ERROR line in the job's log files (Hydra's ``<job>.log``), not on the console again."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
 
 
 def _message(error: BaseException) -> str:
