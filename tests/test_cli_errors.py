@@ -120,3 +120,18 @@ def test_an_output_dir_holding_a_run_is_refused_before_hydra_writes_into_it(tmp_
     assert message.startswith(f"eval.py: output_dir={used} already holds metrics.json")
     assert (used / ".hydra" / "config.yaml").read_text() == "earlier: run\n"
     assert argument_error(["data=toy", f"output_dir={tmp_path / 'new'}"], "eval", "eval.py") is None
+
+
+def test_an_error_a_constructor_raised_through_hydra_is_reported_as_its_own(capsys, monkeypatch):
+    """A DataModule refusing its records_dir was wrapped by Hydra's instantiate ('Error in call to target')."""
+    from hydra.errors import InstantiationException
+
+    monkeypatch.delenv(FULL_ERROR_ENV, raising=False)
+    wrapped = InstantiationException("Error in call to target 'glmrag...KGQADataModule'")
+    wrapped.__cause__ = NotADirectoryError("datamodule.records_dir=/x is a file; give a folder for the chunks")
+    with pytest.raises(SystemExit), reported_errors("train.py"):
+        raise wrapped
+    assert capsys.readouterr().err.startswith("train.py: datamodule.records_dir=/x is a file; give a folder")
+    wrapped.__cause__ = RuntimeError("a bug")
+    with pytest.raises(InstantiationException), reported_errors("train.py"):  # a bug keeps its traceback
+        raise wrapped

@@ -24,7 +24,7 @@ from pathlib import Path
 import hydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, Override
-from hydra.errors import ConfigCompositionException, HydraException
+from hydra.errors import ConfigCompositionException, HydraException, InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, InterpolationResolutionError, OmegaConfBaseException
 
@@ -104,10 +104,14 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     NotADirectoryError,
     IsADirectoryError,
     PermissionError,
+    ConnectionError,
     OmegaConfBaseException,
+    ValueError,
 )
-"""Errors that are the user's to fix (a setting, a file, a record, a folder), each raised with a message that names
-it and the fix: the job prints that message alone (:func:`reported_errors`)."""
+"""Errors that are the user's to fix (a setting, a file, a record, a folder, a server), each raised with a message
+that names it and the fix: the job prints that message alone (:func:`reported_errors`). ``ValueError`` is how
+glmrag's checks of a value refuse it (:class:`~glmrag.jobs.config_check.ConfigError` is one); another library's
+ValueError is printed the same way, with the line that says how to see its traceback."""
 VERBOSE = "--verbose"
 """Command-line flag (glmrag's, taken out before Hydra parses) for the full traceback: ``HYDRA_FULL_ERROR=1``."""
 FULL_ERROR_ENV = "HYDRA_FULL_ERROR"
@@ -124,10 +128,12 @@ def reported_errors(script: str) -> Iterator[None]:
     (unless ``HYDRA_FULL_ERROR=1``); anything else keeps its traceback (a bug, to report)."""
     try:
         yield
-    except USER_ERRORS as e:
-        if _full_error():
+    except (*USER_ERRORS, InstantiationException) as e:
+        # Hydra's instantiate wraps what a constructor raised: the constructor's own error is the message
+        error = e.__cause__ if isinstance(e, InstantiationException) else e
+        if _full_error() or not isinstance(error, USER_ERRORS):
             raise
-        message = f"{script}: {_message(e)}"
+        message = f"{script}: {_message(error)}"
         print(f"{message}\n(the traceback: {FULL_ERROR_ENV}=1 or {VERBOSE})", file=sys.stderr)
         _to_log_files(message)
         raise SystemExit(1) from None
