@@ -65,6 +65,19 @@ def check_checkpoint(value, key: str) -> None:
         raise ConfigError(str(err)) from err
 
 
+def check_init_from_gnn(cfg: DictConfig, init_from: str) -> None:
+    """A GNN run's ``model.init_from`` holds GNN weights of ``model.gnn``'s sizes: checked before any work
+    (:func:`glmrag.models.gnn_module.init_weights`), not when the fit starts after the index build."""
+    from glmrag.models.gnn_module import GNNRetrieverModule, init_weights
+    from glmrag.models.retriever_module import typed_settings
+    from glmrag.nn.gnn import GNNConfig
+
+    target = OmegaConf.select(cfg, "model._target_")
+    if isinstance(target, str) and issubclass(get_class(target), GNNRetrieverModule):
+        gnn = OmegaConf.to_container(cfg.model.gnn, resolve=True) if cfg.model.get("gnn") is not None else None
+        init_weights(str(init_from), typed_settings(GNNConfig, gnn, "model.gnn"))
+
+
 def _checkpoint_nodes(retrievers: Mapping | None) -> list[tuple[str, object]]:
     """(config key, value) of every ``ckpt_path`` in the retriever nodes."""
     # read from the node itself: a run name (a retriever's key) may hold dots, which a key path would split
@@ -276,6 +289,7 @@ def validate_train_config(cfg: DictConfig) -> None:
         check_checkpoint(cfg.ckpt_path, "ckpt_path")
     if init_from := OmegaConf.select(cfg, "model.init_from", default=None):
         check_checkpoint(init_from, "model.init_from")
+        check_init_from_gnn(cfg, init_from)
     check_epochs(cfg)
     check_optimizer(cfg)
     check_datamodule(cfg)

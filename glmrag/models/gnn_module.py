@@ -104,6 +104,34 @@ def gnn_subgraph(value: GNNSubgraph | SubgraphSettings | Mapping[str, Any] | Non
     return typed_settings(GNNSubgraph, value, "model.subgraph")
 
 
+def init_weights(ckpt_path: str, config: GNNConfig, own: Mapping[str, torch.Tensor] | None = None) -> dict:
+    """The GNN weights (``gnn.`` keys, prefix removed) of the checkpoint ``model.init_from=ckpt_path``, checked to
+    fit a :class:`~glmrag.nn.gnn.QueryGNN` of ``config`` (``own``: its state dict, built when None). A file in
+    another layout, without GNN weights or with weights of other sizes is a :class:`CheckpointMismatchError` that
+    names it; the training job checks this before any work."""
+    key = f"model.init_from={ckpt_path}"
+    ckpt = load_checkpoint_dict(ckpt_path, "model.init_from")
+    if not isinstance(ckpt.get("state_dict"), Mapping):
+        layout = "GFM-RAG's layout ({'model': state_dict}, its model.pth)" if "model" in ckpt else "no state_dict"
+        raise CheckpointMismatchError(
+            f"{key} holds {layout}, not a checkpoint train.py wrote; give a .ckpt of a GNN run"
+        )
+    state = {k.removeprefix("gnn."): v for k, v in ckpt["state_dict"].items() if k.startswith("gnn.")}
+    if not state:
+        raise CheckpointMismatchError(f"{key} holds no GNN weights (no 'gnn.' keys): give a GNN run's checkpoint")
+    own = QueryGNN(config).state_dict() if own is None else own
+    wrong = [f"gnn.{k} has shape {tuple(v.shape)} there, {tuple(own[k].shape)} here"
+             for k, v in state.items() if k in own and v.shape != own[k].shape]  # fmt: skip
+    wrong += [f"gnn.{k} is missing there" for k in own if k not in state]
+    wrong += [f"gnn.{k} is there but not in this model" for k in state if k not in own]
+    if wrong:
+        raise CheckpointMismatchError(
+            f"{key} holds another GNN than model.gnn ({config.hidden_channels} channels, {config.num_layers} "
+            f"layers): {wrong[0]}; set model.gnn to the checkpoint's sizes"
+        )
+    return state
+
+
 def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
     """AdamW at lr 5e-4 (GLM-RAG Table 14)."""
     return torch.optim.AdamW(params, lr=LEARNING_RATE)
@@ -259,30 +287,9 @@ class GNNRetrieverModule(RetrieverModule):
             )
 
     def load_gnn_weights(self, ckpt_path: str) -> None:
-        """Copy the GNN weights of a checkpoint of this module (any stage) into ``self.gnn`` (strict); a file in
-        another layout, without GNN weights or with weights of other sizes is a :class:`CheckpointMismatchError`
-        that names it."""
-        key = f"model.init_from={ckpt_path}"
-        ckpt = load_checkpoint_dict(ckpt_path, "model.init_from")
-        if not isinstance(ckpt.get("state_dict"), Mapping):
-            layout = "GFM-RAG's layout ({'model': state_dict}, its model.pth)" if "model" in ckpt else "no state_dict"
-            raise CheckpointMismatchError(
-                f"{key} holds {layout}, not a checkpoint train.py wrote; give a .ckpt of a glmrag GNN run"
-            )
-        state = {k.removeprefix("gnn."): v for k, v in ckpt["state_dict"].items() if k.startswith("gnn.")}
-        if not state:
-            raise CheckpointMismatchError(f"{key} holds no GNN weights (no 'gnn.' keys): give a GNN run's checkpoint")
-        own = self.gnn.state_dict()
-        wrong = [f"gnn.{k} has shape {tuple(v.shape)} there, {tuple(own[k].shape)} here"
-                 for k, v in state.items() if k in own and v.shape != own[k].shape]  # fmt: skip
-        wrong += [f"gnn.{k} is missing there" for k in own if k not in state]
-        wrong += [f"gnn.{k} is there but not in this model" for k in state if k not in own]
-        if wrong:
-            raise CheckpointMismatchError(
-                f"{key} holds another GNN than model.gnn ({self.config.hidden_channels} channels, "
-                f"{self.config.num_layers} layers): {wrong[0]}; set model.gnn to the checkpoint's sizes"
-            )
-        self.gnn.load_state_dict(state)
+        """Copy the GNN weights of a checkpoint of this module (any stage) into ``self.gnn`` (strict), as
+        :func:`init_weights` checks them."""
+        self.gnn.load_state_dict(init_weights(ckpt_path, self.config, self.gnn.state_dict()))
 
     def graph(self, kg: str) -> GraphInputs:
         """The source's GNN inputs of ``kg``, moved to this module's device once."""

@@ -229,8 +229,10 @@ def test_hand_edited_hyper_parameters_are_named_not_torchs_key_list(trained, tmp
     ],
     ids=["GFM-RAG layout", "no gnn keys", "other sizes"],
 )  # fmt: skip
-def test_init_from_a_file_it_cannot_use_names_the_file_and_the_fix(trained, tmp_path, edit, says):
-    """Probe (issue 50): model.init_from with these gave KeyError: 'state_dict' or torch's key lists."""
+def test_init_from_a_file_it_cannot_use_names_the_file_and_the_fix(trained, tiny_musique, tmp_path, edit, says):
+    """Probe (issue 50): model.init_from with these gave KeyError: 'state_dict' or torch's key lists, after the
+    index build; the training job's config check now refuses them first."""
+    from glmrag.jobs.config_check import validate_train_config
     from glmrag.models.gnn_module import GNNRetrieverModule
 
     (best,) = trained.glob("epoch*.ckpt")
@@ -239,3 +241,6 @@ def test_init_from_a_file_it_cannot_use_names_the_file_and_the_fix(trained, tmp_
     module = GNNRetrieverModule(**{**saved, "gnn": {**saved["gnn"], "hidden_channels": 16}})
     with pytest.raises(CheckpointMismatchError, match=rf"model.init_from={path} {says}"):
         module.load_gnn_weights(str(path))
+    overrides = job(tiny_musique, tmp_path, "model.gnn.hidden_channels=16", f"model.init_from={path}")
+    with pytest.raises(CheckpointMismatchError, match=rf"model.init_from={path} {says}"):
+        validate_train_config(compose_config("train", overrides))
