@@ -219,28 +219,17 @@ def _composition_error(
 
 
 def _interpolation_error(cfg: DictConfig, script: str) -> str | None:
-    """The first key whose ``${...}`` cannot resolve (a missing key, an unset variable), or None. Keys read from
-    Hydra's runtime (``${hydra:...}``), set only once the job runs, are left to it."""
-    for key in _leaf_keys(cfg):
-        try:
-            OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
-        except InterpolationResolutionError as e:
-            if "HydraConfig was not set" in str(e):
-                continue
-            return f"{script}: {_message(e)}; set {key} to a value, or fix the ${{...}} it reads"
+    """The first key whose ``${...}`` cannot resolve (a missing key, an unset variable), or None. ``output_dir``
+    reads Hydra's runtime (``${hydra:runtime.output_dir}``), set only once the job runs: it is left to Hydra."""
+    cfg = cfg.copy()
+    if OmegaConf.is_interpolation(cfg, "output_dir"):
+        cfg.output_dir = "<Hydra's run folder>"
+    try:
+        OmegaConf.to_container(cfg, resolve=True)
+    except InterpolationResolutionError as e:
+        key = getattr(e, "full_key", None)
+        return f"{script}: {_message(e)}; set {key} to a value, or fix the ${{...}} it reads"
     return None
-
-
-def _leaf_keys(node, prefix: str = "") -> Iterator[str]:
-    """The dotted keys of ``node``'s values (not resolved), lists by index."""
-    items = node.items_ex(resolve=False) if OmegaConf.is_dict(node) else enumerate(node._iter_ex(resolve=False))
-    for key, _ in items:
-        path = f"{prefix}{key}" if not prefix else f"{prefix}.{key}" if OmegaConf.is_dict(node) else f"{prefix}[{key}]"
-        child = node._get_node(key)
-        if OmegaConf.is_config(child) and not child._is_interpolation() and not child._is_none():
-            yield from _leaf_keys(child, path)
-        else:
-            yield path
 
 
 def _run_folder_error(args: Sequence[str], multirun: bool, script: str) -> str | None:
