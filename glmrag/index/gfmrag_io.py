@@ -7,6 +7,8 @@ removes commas, as :func:`~glmrag.index.normalize.normalize_phrase` does, so a b
 plain lines GFM-RAG reads unchanged. A phrase with a comma, a quote or a line break (an index from
 elsewhere) is quoted CSV-style; our reader reads both forms, GFM-RAG's would skip such a line. Passages
 sharing a title share one ``document2entities`` entry (the union of their entities), as in GFM-RAG.
+These are gfmrag 1.x's files; 2.0's ``nodes.csv``, ``relations.csv`` and ``edges.csv`` are in
+:mod:`glmrag.index.gfmrag2_io`.
 """
 
 from __future__ import annotations
@@ -14,13 +16,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-from glmrag.data.types import Corpus, DataFormatError
+from glmrag.data.types import Corpus, DataFormatError, Passage
 from glmrag.index.kg import SYNONYM_RELATION, KGIndex
 
 KG_FILE = "kg.txt"
@@ -41,19 +43,31 @@ def export_gfmrag(index: KGIndex, corpus: Corpus, folder: str | Path) -> Path:
     writer.writerows((ents[h], rels[r], ents[t]) for h, r, t in index.triples.tolist())
     (folder / KG_FILE).write_text(buf.getvalue(), encoding="utf-8")
 
-    doc2ent: dict[str, set[str]] = defaultdict(set)
-    pe = index.passage_entities
-    for col, pid in enumerate(index.passage_ids):
-        if pid not in corpus:
-            raise ValueError(
-                f"passage {pid} of the index is not in the corpus given to export_gfmrag; "
-                "pass the corpus the index was built from"
-            )
-        row = pe.indices[pe.indptr[col] : pe.indptr[col + 1]]
-        doc2ent[corpus[corpus.position(pid)].title].update(ents[e] for e in row)
-    payload = {title: sorted(names) for title, names in doc2ent.items()}
+    documents = documents_of(index, corpus, "export_gfmrag")
+    payload = {title: sorted(ents[e] for e in ids) for title, (_, ids) in documents.items()}
     (folder / DOC2ENT_FILE).write_text(json.dumps(payload, ensure_ascii=False, indent=1), encoding="utf-8")
     return folder
+
+
+def documents_of(index: KGIndex, corpus: Corpus, caller: str) -> dict[str, tuple[list[Passage], set[int]]]:
+    """Title -> (the index's passages with that title, ids of the entities they mention), titles in the
+    order of ``index.passage_ids``: GFM-RAG names a document by its title, so passages sharing one merge.
+
+    Raises ``ValueError`` naming ``caller`` when a passage of the index is not in ``corpus``.
+    """
+    documents: dict[str, tuple[list[Passage], set[int]]] = {}
+    pe = index.passage_entities
+    for row, pid in enumerate(index.passage_ids):
+        if pid not in corpus:
+            raise ValueError(
+                f"passage {pid} of the index is not in the corpus given to {caller}; "
+                "pass the corpus the index was built from"
+            )
+        passage = corpus[corpus.position(pid)]
+        passages, ids = documents.setdefault(passage.title, ([], set()))
+        passages.append(passage)
+        ids.update(pe.indices[pe.indptr[row] : pe.indptr[row + 1]].tolist())
+    return documents
 
 
 def read_kg_txt(path: str | Path) -> list[tuple[str, str, str]]:
@@ -91,9 +105,30 @@ def import_gfmrag(folder: str | Path, corpus: Corpus) -> KGIndex:
         raise DataFormatError(str(doc_path), "top level", "not an object of lists", "{passage title: [entity, ...]}")
 
     names = {p for h, _, t in triples for p in (h, t)} | {str(e) for ents in doc2ent.values() for e in ents}
-    entities = sorted(names)
+    relations = {r for _, r, _ in triples}
+    source = {"format": "gfmrag", "folder": str(folder)}
+    return index_from_stage1(names, relations, triples, doc2ent, corpus, source)
+
+
+def index_from_stage1(
+    entities: Iterable[str],
+    relations: Iterable[str],
+    triples: Iterable[tuple[str, str, str]],
+    doc2ent: Mapping[str, Iterable[str]],
+    corpus: Corpus,
+    source: dict,
+) -> KGIndex:
+    """A :class:`KGIndex` (no embeddings, no question links) from the named parts of a GFM-RAG stage-1 graph.
+
+    Entities are the sorted ``entities`` (which hold every triple endpoint and
+    document entity), relations the sorted ``relations`` plus ``equivalent``,
+    triples the sorted distinct rows. Each corpus passage gets the entities that
+    ``doc2ent`` lists under its title. The manifest counts titles of ``doc2ent``
+    that are not in the corpus and passages whose title is not in ``doc2ent``.
+    """
+    entities = sorted(set(entities))
     entity_id = {e: i for i, e in enumerate(entities)}
-    relations = sorted({r for _, r, _ in triples} | {SYNONYM_RELATION})
+    relations = sorted(set(relations) | {SYNONYM_RELATION})
     relation_id = {r: i for i, r in enumerate(relations)}
     rows = sorted({(entity_id[h], relation_id[r], entity_id[t]) for h, r, t in triples})
 
@@ -107,7 +142,7 @@ def import_gfmrag(folder: str | Path, corpus: Corpus) -> KGIndex:
         (np.ones(len(ent_rows), dtype=np.float32), (ent_rows, cols)), shape=(len(entities), len(corpus))
     )
     manifest = {
-        "source": {"format": "gfmrag", "folder": str(folder)},
+        "source": source,
         "corpus_hash": corpus.content_hash(),
         "counts": {
             "entities": len(entities),
