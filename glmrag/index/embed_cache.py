@@ -96,5 +96,10 @@ class PhraseEmbeddingCache:
             rows.update(zip(missing, vectors, strict=True))
         return np.stack([rows[t] for t in texts]).astype(np.float32, copy=False)
 
+    def dim(self) -> int | None:
+        """The size of the cached vectors; None while the cache is empty."""
+        rows = self._load()
+        return len(next(iter(rows.values()))) if rows else None
+
     def __len__(self) -> int:
         return len(self._load())

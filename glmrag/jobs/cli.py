@@ -36,6 +36,7 @@ from glmrag.io import CacheError, CheckpointPathError, DiskFullError, LockTimeou
 from glmrag.jobs.config_check import ConfigError
 from glmrag.jobs.config_path import config_dir
 from glmrag.llm.base import LLMError
+from glmrag.llm.endpoint import EndpointError
 from glmrag.models.checkpointing import CheckpointLayoutError, CheckpointMismatchError
 from glmrag.progress import quiet_third_party, set_quiet
 
@@ -99,6 +100,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     DiskFullError,
     LockTimeout,
     LLMError,
+    EndpointError,
     FileNotFoundError,
     FileExistsError,
     NotADirectoryError,

@@ -11,29 +11,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from glmrag.io import cache_root, load_cached_json, write_cache_json
 from glmrag.llm.base import LLM, LLM_RETRIES, Generation, LLMError, Prompt, UsageCounter, truncate_at_stop
+from glmrag.llm.endpoint import OpenAIEndpoint
 
 log = logging.getLogger(__name__)
-
-_RETRY_STATUS = {429, 500, 502, 503, 504}
-
-
-def _hint(status: int, key_env: str | None) -> str:
-    if status in (401, 403):
-        return f"set a valid API key in the environment variable {key_env}" if key_env else "the server wants a key"
-    if status == 404:
-        return "check base_url (it includes the version path, e.g. http://host:port/v1) and the model name"
-    return "check the request settings against the server's documentation"
 
 
 def _token_count(usage: dict, key: str) -> int | None:
@@ -72,13 +59,10 @@ class HTTPLLM(LLM):
         max_tokens_field: ``max_tokens`` (most servers) or ``max_completion_tokens`` (newer OpenAI models).
         extra_body: more request fields (``top_p``, ``seed``, ...), sent with every request and part of the cache key.
 
-    - The API key is read from the environment variable ``api_key_env`` at each request and sent as
-      ``Authorization: Bearer ...``; it is never stored on the object, written to the cache, or put in a
-      message.
-    - A request is retried on 429, 5xx, timeouts and connection errors, at most ``max_retries`` times,
-      waiting ``backoff * 2**attempt`` seconds (capped at ``max_backoff``; a ``Retry-After`` header is
-      honoured within that cap). Other answers (401, 404, ...) fail at once with what to fix.
-    - At most ``concurrency`` requests are in flight, across all threads using this object.
+    - The key, retries, timeouts and requests in flight are :class:`~glmrag.llm.endpoint.OpenAIEndpoint`'s: the
+      key is read from ``api_key_env`` at each request and never stored, written to the cache, or put in a
+      message; 429, 5xx, timeouts and connection errors are retried with backoff; at most ``concurrency``
+      requests are in flight.
     - Responses are cached under ``cache_dir``, one checksummed JSON file per request
       (:func:`glmrag.io.write_cache_json`: atomic, so concurrent runs need no lock; a truncated, edited or
       older checksum-less file is a miss, warned, asked again and rewritten), keyed by a hash of
@@ -104,33 +88,26 @@ class HTTPLLM(LLM):
         usage: UsageCounter | None = None,
     ) -> None:
         super().__init__(usage)
-        if concurrency < 1 or max_retries < 0:
-            raise ValueError(f"concurrency is {concurrency}, max_retries {max_retries}; expected >= 1 and >= 0")
-        self.base_url = base_url.rstrip("/")
+        self.endpoint = OpenAIEndpoint(
+            base_url, api_key_env, timeout, max_retries, backoff, max_backoff, concurrency, error=LLMError
+        )
+        self.base_url = self.endpoint.base_url
         self.model = model
         self.name = f"{model}@{self.base_url}"
-        self.api_key_env = api_key_env
-        self.max_retries = max_retries
-        self.timeout = timeout
-        self.backoff = backoff
-        self.max_backoff = max_backoff
         self.concurrency = concurrency
         self.cache_dir = Path(cache_dir) if cache_dir is not None else cache_root() / "llm_cache"
         self.use_cache = use_cache
         self.cache_sampled = cache_sampled
         self.max_tokens_field = max_tokens_field
         self.extra_body = dict(extra_body or {})
-        self.attempts = 0
+
+    @property
+    def attempts(self) -> int:
         """HTTP requests sent so far, retries included (cache hits send none)."""
-        self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(concurrency)
-        self._client = httpx.Client(
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-            limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
-        )
+        return self.endpoint.attempts
 
     def close(self) -> None:
-        self._client.close()
+        self.endpoint.close()
 
     def __enter__(self) -> HTTPLLM:
         return self
@@ -158,84 +135,6 @@ class HTTPLLM(LLM):
         digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
         return self.cache_dir / digest[:2] / f"{digest}.json"
 
-    def _post(self, endpoint: str, body: dict) -> tuple[dict, int]:
-        """The server's JSON answer and the number of retries it took."""
-        url = self.base_url + endpoint
-        headers = {}
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            wait = min(self.max_backoff, self.backoff * 2**attempt)
-            with self._lock:
-                self.attempts += 1
-            try:
-                with self._slots:
-                    status, text, retry_after = self._send(url, body, headers)
-            except httpx.TransportError as e:  # refused, reset, timed out
-                last = f"{type(e).__name__}: {e}"
-            else:
-                if status == 200:
-                    try:
-                        return json.loads(text), attempt
-                    except ValueError:
-                        raise LLMError(
-                            f"{url} answered 200 with a body that is not JSON: {text[:200]!r}", attempt
-                        ) from None
-                last = f"HTTP {status}: {text[:200]}"
-                if status not in _RETRY_STATUS:
-                    raise LLMError(f"{url} answered {last}; {_hint(status, self.api_key_env)}", attempt)
-                try:
-                    wait = min(self.max_backoff, max(wait, float(retry_after or 0)))
-                except ValueError:
-                    pass
-            if attempt < self.max_retries:
-                time.sleep(wait)
-        raise LLMError(
-            f"{url}: no answer after {self.max_retries + 1} attempts (last: {last}); "
-            "check that the server runs and base_url is right, or raise max_retries/timeout",
-            self.max_retries,
-        )
-
-    def _send(self, url: str, body: dict, headers: dict) -> tuple[int, str, str | None]:
-        """Status, body text and Retry-After of one attempt, answered within ``timeout`` seconds in all.
-
-        httpx's timeout bounds each read, so a server sending a byte a second, of its headers or of its body,
-        would never time out. The attempt runs in a daemon thread that the caller waits on for ``timeout``
-        seconds; past that it is abandoned (the thread ends when the server or httpx's per-read timeout ends
-        it) and the attempt counts as timed out. The body is also read against the deadline, so a dripping
-        body closes its connection as soon as the deadline passes.
-        """
-        deadline = time.monotonic() + self.timeout
-        outcome: list[tuple[bool, object]] = []
-
-        def attempt() -> None:
-            try:
-                outcome.append((True, self._exchange(url, body, headers, deadline)))
-            except BaseException as err:  # handed to the caller's thread
-                outcome.append((False, err))
-
-        worker = threading.Thread(target=attempt, name="glmrag-http-attempt", daemon=True)
-        worker.start()
-        worker.join(self.timeout)
-        if not outcome:
-            raise httpx.ReadTimeout(f"no complete answer within timeout={self.timeout}s")
-        ok, value = outcome[0]
-        if not ok:
-            raise value
-        return value
-
-    def _exchange(self, url: str, body: dict, headers: dict, deadline: float) -> tuple[int, str, str | None]:
-        """One POST, its body read in chunks until ``deadline`` (``time.monotonic()``)."""
-        with self._client.stream("POST", url, json=body, headers=headers) as r:
-            chunks = []
-            for chunk in r.iter_bytes():
-                chunks.append(chunk)
-                if time.monotonic() > deadline:
-                    raise httpx.ReadTimeout(f"no complete answer within timeout={self.timeout}s")
-            return r.status_code, b"".join(chunks).decode("utf-8", errors="replace"), r.headers.get("retry-after")
-
     @staticmethod
     def _read(answer: dict, endpoint: str, url: str) -> dict:
         """Text, token counts and finish reason out of an OpenAI-style answer."""
@@ -254,7 +153,7 @@ class HTTPLLM(LLM):
 
     def _one(self, endpoint: str, body: dict, stop: list[str], path: Path | None) -> tuple[Generation, int, int]:
         start = time.perf_counter()
-        answer, retries = self._post(endpoint, body)
+        answer, retries = self.endpoint.post(endpoint, body)
         fields = self._read(answer, endpoint, self.base_url + endpoint)
         unreadable = [k for k in ("prompt_tokens", "generated_tokens") if fields[k] is None]
         for k in unreadable:

@@ -1,10 +1,13 @@
-"""A small OpenAI-compatible server in front of any :class:`~glmrag.llm.base.LLM` (for tests and local runs).
+"""A small OpenAI-compatible server in front of an :class:`~glmrag.llm.base.LLM` and/or an embedder (tests, local runs).
 
 Endpoints: ``POST /v1/chat/completions``, ``POST /v1/completions`` (``prompt`` a string or a list),
-``GET /v1/models``; one request is generated at a time, on 127.0.0.1 unless told otherwise::
+``POST /v1/embeddings`` (``input`` a string or a list), ``GET /v1/models``; one request is computed at a time,
+on 127.0.0.1 unless told otherwise::
 
     python -m glmrag.llm.serve --model offline:smollm2-135m-instruct --port 8008
     # then: HTTPLLM(base_url="http://127.0.0.1:8008/v1", model="offline:smollm2-135m-instruct")
+    python -m glmrag.index.serve_embeddings --model offline:all-MiniLM-L6-v2 --port 8009   # embeddings only
+    # then: index.embed_model=http:offline:all-MiniLM-L6-v2@http://127.0.0.1:8009/v1
 
 ``api_key`` (``--api-key-env NAME``) answers 401 without ``Authorization: Bearer <key>``; ``fail_first``
 answers the first N requests with ``fail_status`` (503), to test a client's retries.
@@ -13,14 +16,18 @@ answers the first N requests with ``fail_status`` (503), to test a client's retr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+import socket
 import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
 
 from glmrag.llm.base import LLM, Generation
 
@@ -48,30 +55,42 @@ def _usage(gens: list[Generation]) -> dict[str, int]:
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
 
+class TextEncoder(Protocol):
+    """What ``/v1/embeddings`` serves: :class:`glmrag.index.embed.Embedder` or anything with its ``encode``."""
+
+    def encode(self, texts: list[str]) -> np.ndarray: ...
+
+
 class LLMServer:
     """An OpenAI-compatible endpoint on ``host:port`` (port 0: a free one), served from a daemon thread.
 
-    ``requests`` counts the POSTs received (failed ones included). Use as a context manager, or call
+    ``backend`` answers the completion routes and ``embedder`` the embeddings route (None: that route answers
+    404). ``requests`` counts the POSTs received (failed ones included). Use as a context manager, or call
     :meth:`close`.
     """
 
     def __init__(
         self,
-        backend: LLM,
+        backend: LLM | None,
         host: str = "127.0.0.1",
         port: int = 0,
         model_name: str | None = None,
         api_key: str | None = None,
         fail_first: int = 0,
         fail_status: int = 503,
+        embedder: TextEncoder | None = None,
     ) -> None:
+        if backend is None and embedder is None:
+            raise ValueError("LLMServer needs an LLM backend, an embedder, or both")
         self.backend = backend
-        self.model_name = model_name or backend.name
+        self.embedder = embedder
+        self.model_name = model_name or (backend.name if backend is not None else "embedder")
         self.api_key = api_key
         self.fail_first = fail_first
         self.fail_status = fail_status
         self.requests = 0
         self._count_lock = threading.Lock()
+        self._connections: set[socket.socket] = set()
         self._generate_lock = threading.Lock()
         self._httpd = ThreadingHTTPServer((host, port), self._handler())
         self._httpd.daemon_threads = True
@@ -84,8 +103,14 @@ class LLMServer:
         return f"http://{host}:{port}/v1"
 
     def close(self) -> None:
+        """Stop serving and drop the open connections, as a server that dies does (a client's kept-alive
+        connection would otherwise go on being answered)."""
         self._httpd.shutdown()
         self._httpd.server_close()
+        with self._count_lock:
+            for connection in self._connections:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
         self._thread.join(timeout=5)
 
     def __enter__(self) -> LLMServer:
@@ -94,7 +119,23 @@ class LLMServer:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _embeddings(self, body: dict) -> dict:
+        texts = body.get("input")
+        texts = [texts] if isinstance(texts, str) else texts
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise _BadRequest("'input' must be a string or a list of strings")
+        if body.get("encoding_format", "float") != "float":
+            raise _BadRequest("only encoding_format 'float' is served")
+        with self._generate_lock:
+            vectors = np.asarray(self.embedder.encode(texts), dtype=np.float32)  # (N, d)
+        data = [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)]
+        tokens = sum(len(t.split()) for t in texts)  # whitespace words: this server has no tokenizer to count with
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return {"object": "list", "data": data, "model": self.model_name, "usage": usage}
+
     def _answer(self, path: str, body: dict) -> dict:
+        if path == "/v1/embeddings":
+            return self._embeddings(body)
         settings = _settings(body)
         now, rid = int(time.time()), uuid.uuid4().hex[:12]
         if path == "/v1/chat/completions":
@@ -121,6 +162,16 @@ class LLMServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                with server._count_lock:
+                    server._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with server._count_lock:
+                    server._connections.discard(self.connection)
+                super().finish()
 
             def _send(self, status: int, payload: dict) -> None:
                 data = json.dumps(payload).encode("utf-8")
@@ -149,7 +200,9 @@ class LLMServer:
                 if server.api_key and self.headers.get("Authorization") != f"Bearer {server.api_key}":
                     return self._error(401, "missing or wrong API key")
                 path = self.path.rstrip("/")
-                if path not in ("/v1/chat/completions", "/v1/completions"):
+                embedding = path == "/v1/embeddings"
+                served = server.embedder is not None if embedding else server.backend is not None
+                if path not in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings") or not served:
                     return self._error(404, f"no route {self.path}")
                 try:
                     self._send(200, server._answer(path, json.loads(body_bytes or b"{}")))
@@ -175,14 +228,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--api-key-env", default=None, help="require Bearer $NAME on every request")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
-    api_key = None
-    if args.api_key_env:
-        api_key = os.environ.get(args.api_key_env)
-        if not api_key:
-            parser.error(f"--api-key-env {args.api_key_env}: that environment variable is empty")
     backend = LocalLLM(args.model, device=args.device, batch_size=args.batch_size)
-    server = LLMServer(backend, args.host, args.port, api_key=api_key)
+    server = LLMServer(backend, args.host, args.port, api_key=server_key(parser, args.api_key_env))
     print(f"serving {args.model} at {server.base_url} (loaded in {backend.load_seconds:.1f} s)", flush=True)
+    serve_until_interrupted(server)
+
+
+def server_key(parser: argparse.ArgumentParser, api_key_env: str | None) -> str | None:
+    """The key a server started with ``--api-key-env NAME`` requires (None: no key); an empty variable is refused."""
+    if not api_key_env:
+        return None
+    api_key = os.environ.get(api_key_env)
+    if not api_key:
+        parser.error(f"--api-key-env {api_key_env}: that environment variable is empty")
+    return api_key
+
+
+def serve_until_interrupted(server: LLMServer) -> None:
     try:
         threading.Event().wait()
     except KeyboardInterrupt:
