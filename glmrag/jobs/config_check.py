@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import torch
 from hydra.errors import InstantiationException
@@ -65,17 +66,34 @@ def check_checkpoint(value, key: str) -> None:
         raise ConfigError(str(err)) from err
 
 
-def check_init_from_gnn(cfg: DictConfig, init_from: str) -> None:
-    """A GNN run's ``model.init_from`` holds GNN weights of ``model.gnn``'s sizes: checked before any work
-    (:func:`glmrag.models.gnn_module.init_weights`), not when the fit starts after the index build."""
+def check_init_from(cfg: DictConfig, init_from: str) -> None:
+    """``model.init_from``: a whole checkpoint file (:func:`check_checkpoint`) and, for a GNN run, GNN weights of
+    ``model.gnn``'s sizes, from a checkpoint of the module or a GFM-RAG checkpoint folder (``model.pth`` and
+    ``config.json``): checked before any work (:func:`glmrag.models.gnn_module.init_weights`), not when the fit
+    starts after the index build."""
     from glmrag.models.gnn_module import GNNRetrieverModule, init_weights
     from glmrag.models.retriever_module import typed_settings
     from glmrag.nn.gnn import GNNConfig
 
     target = OmegaConf.select(cfg, "model._target_")
-    if isinstance(target, str) and issubclass(get_class(target), GNNRetrieverModule):
+    gnn_run = isinstance(target, str) and issubclass(get_class(target), GNNRetrieverModule)
+    if not (gnn_run and Path(str(init_from)).expanduser().is_dir()):  # a GFM-RAG folder: init_weights reads it
+        check_checkpoint(init_from, "model.init_from")
+    if gnn_run:
         gnn = OmegaConf.to_container(cfg.model.gnn, resolve=True) if cfg.model.get("gnn") is not None else None
         init_weights(str(init_from), typed_settings(GNNConfig, gnn, "model.gnn"))
+
+
+def check_gfmrag_folders(retrievers: Mapping | None) -> None:
+    """Every GFM-RAG checkpoint folder of the retriever nodes (``folder`` of
+    :class:`~glmrag.retrievers.gfmrag_checkpoint.GFMRAGCheckpointRetriever`) read and checked before the index is
+    built (:func:`~glmrag.models.gfmrag_folder.read_gfmrag_folder`), its document ranker too."""
+    from glmrag.models.gfmrag_folder import read_gfmrag_folder
+
+    for name, node in (retrievers or {}).items():
+        if isinstance(node, Mapping) and str(node.get("_target_", "")).endswith(".GFMRAGCheckpointRetriever"):
+            folder = read_gfmrag_folder(node.get("folder"), f"retriever.{name}.folder")
+            folder.document_ranker(node.get("ranker"), f"retriever.{name}.ranker")
 
 
 def _checkpoint_nodes(retrievers: Mapping | None) -> list[tuple[str, object]]:
@@ -272,6 +290,7 @@ def validate_eval_config(cfg: DictConfig) -> None:
         raise ConfigError(f"max_llm_failures={failures!r}: must be null (no limit) or an integer >= 0")
     for key, value in _checkpoint_nodes(cfg.get("retriever")):
         check_checkpoint(value, key if value is not None else "ckpt_path")
+    check_gfmrag_folders(cfg.get("retriever"))
     for name, node in (cfg.get("retriever") or {}).items():
         if isinstance(node, Mapping) and node.get("top_entities") is not None:
             checked_positive(node.get("top_entities"), f"retriever.{name}.top_entities")
@@ -288,8 +307,12 @@ def validate_train_config(cfg: DictConfig) -> None:
     if cfg.get("ckpt_path") not in (None, "last"):  # last: the newest checkpoint of the run, if any
         check_checkpoint(cfg.ckpt_path, "ckpt_path")
     if init_from := OmegaConf.select(cfg, "model.init_from", default=None):
-        check_checkpoint(init_from, "model.init_from")
-        check_init_from_gnn(cfg, init_from)
+        if cfg.get("pretrain") and cfg.get("ckpt_path") is None:  # the stage's checkpoint would start the fit
+            raise ConfigError(
+                f"model.init_from={init_from} and a pretrain stage: the fine-tuning would start from the KG-completion "
+                "checkpoint instead; add pretrain=null to start from model.init_from"
+            )
+        check_init_from(cfg, init_from)
     check_epochs(cfg)
     check_optimizer(cfg)
     check_datamodule(cfg)

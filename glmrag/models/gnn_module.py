@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,7 @@ from glmrag.index.embed import DEFAULT_MODEL
 from glmrag.index.kg import KGIndex
 from glmrag.io import load_checkpoint_dict
 from glmrag.models.checkpointing import CheckpointMismatchError
+from glmrag.models.gfmrag_folder import GFMRAGFolder, read_gfmrag_folder
 from glmrag.models.losses import gfm_rag_loss, passage_list_ce
 from glmrag.models.retriever_module import (
     Evaluation,
@@ -105,20 +107,33 @@ def gnn_subgraph(value: GNNSubgraph | SubgraphSettings | Mapping[str, Any] | Non
 
 
 def init_weights(ckpt_path: str, config: GNNConfig, own: Mapping[str, torch.Tensor] | None = None) -> dict:
-    """The GNN weights (``gnn.`` keys, prefix removed) of the checkpoint ``model.init_from=ckpt_path``, checked to
-    fit a :class:`~glmrag.nn.gnn.QueryGNN` of ``config`` (``own``: its state dict, built when None). A file in
-    another layout, without GNN weights or with weights of other sizes is a :class:`CheckpointMismatchError` that
-    names it; the training job checks this before any work."""
+    """The GNN weights (``gnn.`` keys, prefix removed) of ``model.init_from=ckpt_path``, checked to fit a
+    :class:`~glmrag.nn.gnn.QueryGNN` of ``config`` (``own``: its state dict, built when None).
+
+    ``ckpt_path`` is a checkpoint of this module, or a GFM-RAG checkpoint folder (``model.pth`` and
+    ``config.json``, read by :func:`~glmrag.models.gfmrag_folder.read_gfmrag_folder`): its weights under glmrag's
+    names. A file in another layout, without GNN weights or with weights of other sizes is a
+    :class:`CheckpointMismatchError` that names it; the training job checks this before any work.
+    """
     key = f"model.init_from={ckpt_path}"
-    ckpt = load_checkpoint_dict(ckpt_path, "model.init_from")
-    if not isinstance(ckpt.get("state_dict"), Mapping):
-        layout = "GFM-RAG's layout ({'model': state_dict}, its model.pth)" if "model" in ckpt else "no state_dict"
-        raise CheckpointMismatchError(
-            f"{key} holds {layout}, not a checkpoint train.py wrote; give a .ckpt of a GNN run"
-        )
-    state = {k.removeprefix("gnn."): v for k, v in ckpt["state_dict"].items() if k.startswith("gnn.")}
-    if not state:
-        raise CheckpointMismatchError(f"{key} holds no GNN weights (no 'gnn.' keys): give a GNN run's checkpoint")
+    if Path(ckpt_path).expanduser().is_dir():
+        folder = read_gfmrag_folder(ckpt_path, "model.init_from")
+        state, fix = folder.state_dict, _gfmrag_fix(folder)
+    else:
+        ckpt = load_checkpoint_dict(ckpt_path, "model.init_from")
+        if not isinstance(ckpt.get("state_dict"), Mapping):
+            if "model" in ckpt:
+                raise CheckpointMismatchError(
+                    f"{key} holds GFM-RAG's layout ({{'model': state_dict}}, its model.pth): give the folder that "
+                    "holds it and its config.json, model.init_from=<folder>"
+                )
+            raise CheckpointMismatchError(
+                f"{key} holds no state_dict, not a checkpoint train.py wrote; give a .ckpt of a GNN run"
+            )
+        state = {k.removeprefix("gnn."): v for k, v in ckpt["state_dict"].items() if k.startswith("gnn.")}
+        if not state:
+            raise CheckpointMismatchError(f"{key} holds no GNN weights (no 'gnn.' keys): give a GNN run's checkpoint")
+        fix = "set model.gnn to the checkpoint's sizes"
     own = QueryGNN(config).state_dict() if own is None else own
     wrong = [f"gnn.{k} has shape {tuple(v.shape)} there, {tuple(own[k].shape)} here"
              for k, v in state.items() if k in own and v.shape != own[k].shape]  # fmt: skip
@@ -127,9 +142,20 @@ def init_weights(ckpt_path: str, config: GNNConfig, own: Mapping[str, torch.Tens
     if wrong:
         raise CheckpointMismatchError(
             f"{key} holds another GNN than model.gnn ({config.hidden_channels} channels, {config.num_layers} "
-            f"layers): {wrong[0]}; set model.gnn to the checkpoint's sizes"
+            f"layers): {wrong[0]}; {fix}"
         )
     return state
+
+
+def _gfmrag_fix(folder: GFMRAGFolder) -> str:
+    """The settings that build a GNN of a GFM-RAG folder's sizes, and its encoder."""
+    gnn = folder.gnn
+    return (
+        f"set model.gnn.hidden_channels={gnn.hidden_channels} model.gnn.num_layers={gnn.num_layers} "
+        "model.gnn.use_node_features=false and embed with the folder's encoder "
+        f"{folder.encoder} ({gnn.question_dim}-d; config.json's text_emb_model_config), e.g. "
+        "index.embed_model=offline:all-mpnet-base-v2 index.embed_dim=768 for all-mpnet-base-v2"
+    )
 
 
 def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
@@ -172,7 +198,10 @@ class GNNRetrieverModule(RetrieverModule):
         stage: ``qa`` (fine-tuning) or ``kgc`` (KG-completion pretraining on the DataModule's triple batches,
             ``task="kgc"``); validation is QA retrieval in both.
         embed_model: sentence encoder of questions and relations; checked against the KG source's settings.
-        init_from: a checkpoint of this module (e.g. the ``kgc`` stage) whose GNN weights start ``fit``.
+        init_from: a checkpoint of this module (e.g. the ``kgc`` stage) whose GNN weights start ``fit``, or a
+            GFM-RAG checkpoint folder (``model.pth``, ``config.json``; :func:`init_weights`). The weights then
+            train on glmrag's graph: glmrag's edge direction and ``inverse <r>`` texts, not GFM-RAG's
+            (:mod:`glmrag.nn.gfmrag_weights`), so the first step does not start from GFM-RAG's scores.
         kgs: the :class:`~glmrag.datamodules.kg_source.GraphSource` the steps read each KG from (the DataModule in the
             training job); not a hyper-parameter. Needed by the steps, not by :meth:`forward`.
         optimizer: ``params -> Optimizer`` (Hydra ``_partial_: true``); None: AdamW lr 5e-4.
@@ -287,8 +316,8 @@ class GNNRetrieverModule(RetrieverModule):
             )
 
     def load_gnn_weights(self, ckpt_path: str) -> None:
-        """Copy the GNN weights of a checkpoint of this module (any stage) into ``self.gnn`` (strict), as
-        :func:`init_weights` checks them."""
+        """Copy the GNN weights of a checkpoint of this module (any stage) or of a GFM-RAG checkpoint folder into
+        ``self.gnn`` (strict), as :func:`init_weights` checks them."""
         self.gnn.load_state_dict(init_weights(ckpt_path, self.config, self.gnn.state_dict()))
 
     def graph(self, kg: str) -> GraphInputs:

@@ -26,9 +26,11 @@ Both store every triple ``(h, r, t)`` twice, as ``(h, t)`` of type ``r`` and ``(
 features of ``r`` travel ``t -> h`` and those of ``r + R`` travel ``h -> t``. :func:`gfmrag_graph` flips glmrag's
 ``edge_index``, which makes glmrag compute GFM-RAG's result. No weight mapping can do it for the released model:
 its inverse relations are the sentence embeddings of the texts ``inverse_<r>`` (``inverse_relation_feat: text``,
-``gfmrag/workflow/config/gfm_rag/sft_training.yaml``), graph inputs, not weights. (For
-``inverse_relation_feat: inverse``, ``rel_attr = [x; -x]``, swapping the halves negates ``rel_attr``, which a
-negated ``rel_mlp.weight`` would absorb; glmrag builds its own relation texts, so this module does not.)
+``gfmrag/workflow/config/gfm_rag/sft_training.yaml``), graph inputs, not weights. :func:`gfmrag_graph_inputs`
+builds that graph for a glmrag index: the flipped edges, and relation features of the texts ``<r>`` and
+``inverse_<r>`` (:func:`gfmrag_relation_texts`). (For ``inverse_relation_feat: inverse``, ``rel_attr = [x; -x]``,
+swapping the halves negates ``rel_attr``, which a negated ``rel_mlp.weight`` would absorb; the folder reader,
+:mod:`glmrag.models.gfmrag_folder`, refuses that setting.)
 
 GFM-RAG's own PyG fallback (``message`` / ``aggregate``, run only when the edge weights need a gradient: its
 ``visualize`` path explanations) sums the other way, ``edge_index[0] -> edge_index[1]``: it is glmrag's direction
@@ -44,12 +46,14 @@ than ReLU. GFM-RAG's document ranker (``map_entities_to_docs``) holds no paramet
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 
+from glmrag.index.kg import INVERSE_PREFIX, KGIndex
 from glmrag.nn.gnn import GNNConfig
-from glmrag.nn.graph_inputs import GraphInputs
+from glmrag.nn.graph_inputs import GraphInputs, TextEncoder, graph_inputs
 
 ENTITY_MODEL_SETTINGS = {
     "message_func": "distmult",
@@ -130,7 +134,7 @@ def from_gfmrag_state_dict(
     if set(state_dict) == {"model"} and isinstance(state_dict["model"], Mapping):
         state_dict = state_dict["model"]
     if entity_model is not None:
-        _check_settings(entity_model)
+        check_entity_model(entity_model)
     for key in TOP_KEYS:
         if key not in state_dict:
             raise ValueError(
@@ -216,7 +220,39 @@ def gfmrag_graph(graph: GraphInputs) -> GraphInputs:
     )
 
 
-def _check_settings(entity_model: Mapping[str, object]) -> None:
+def gfmrag_relation_texts(index: KGIndex) -> list[str]:
+    """The 2R texts GFM-RAG embeds as relation features, in edge-type order: each relation's name, then
+    ``inverse_<name>`` for each (``GraphIndexDatasetV1.process_graph``, ``inverse_relation_feat: text``; glmrag's own
+    graph embeds ``inverse <name>``, :func:`glmrag.nn.graph_inputs.relation_texts`)."""
+    return list(index.relations) + [INVERSE_PREFIX + r for r in index.relations]
+
+
+class _Rows:
+    """A :class:`~glmrag.nn.graph_inputs.TextEncoder` that hands back rows already embedded, so
+    :func:`~glmrag.nn.graph_inputs.graph_inputs` lays out glmrag's edges around GFM-RAG's relation features."""
+
+    def __init__(self, rows: np.ndarray) -> None:
+        self.rows = rows
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if len(texts) != len(self.rows):
+            raise ValueError(f"{len(self.rows)} relation features for {len(texts)} relation texts")
+        return self.rows
+
+
+def gfmrag_graph_inputs(index: KGIndex, encoder: TextEncoder) -> GraphInputs:
+    """The graph a GFM-RAG checkpoint reads for ``index``: glmrag's edge layout reversed (:func:`gfmrag_graph`) and
+    relation features embedded from :func:`gfmrag_relation_texts` by ``encoder`` (the checkpoint's sentence
+    encoder); no entity features (GFM-RAG v1: ``use_node_feat: False``).
+
+    Shapes: -> ``edge_index`` (2, 2T) flipped, ``relation_features`` (2R, F).
+    """
+    rows = np.asarray(encoder.encode(gfmrag_relation_texts(index)), dtype=np.float32)  # (2R, F)
+    return gfmrag_graph(graph_inputs(index, _Rows(rows), node_features=False))
+
+
+def check_entity_model(entity_model: Mapping[str, object]) -> None:
+    """``ValueError`` naming the first ``entity_model`` setting glmrag's QueryGNN does not implement."""
     for name, wanted in ENTITY_MODEL_SETTINGS.items():
         value = entity_model.get(name, UPSTREAM_DEFAULTS[name])
         if value != wanted:
