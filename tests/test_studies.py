@@ -119,6 +119,7 @@ def test_study_runs_through_its_report(study, glmrag_cache, tmp_path, train_conf
     assert len(entries) == len(jobs) * eval_sets  # every run filed once per test set
     assert sorted({Path(e["run"]["output_dir"]).resolve() for e in entries}) == [j.resolve() for j in jobs]
     assert all(e["run"]["study"] == study and e["reference"] in e["overall"] for e in entries)
+    assert all(e["run"]["cpu_seconds"]["train"] > 0 and e["run"]["cpu_seconds"]["evaluation"] > 0 for e in entries)
     run_ids = sorted(p.parent.name for p in (tmp_path / "results" / study).glob("*/metrics.json"))
 
     report = tmp_path / "results" / study / "report"
@@ -126,6 +127,9 @@ def test_study_runs_through_its_report(study, glmrag_cache, tmp_path, train_conf
     runs_csv = (report / "runs.csv").read_text()
     for run_id in run_ids:
         assert run_id in table and run_id in runs_csv, run_id
+    assert "CPU min (train + eval)" in table
+    if study == "data_scaling":  # each family trained on two numbers of questions: its gain per doubling
+        assert "Recall@2 per doubling of training questions" in table and "slope per doubling" in table
     figures = sorted(report.glob("*.png"))
     assert figures, "the report drew no figure"
     families = {e["run"]["family"] for e in entries}

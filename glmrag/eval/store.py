@@ -1,7 +1,8 @@
 """The results store: one folder per run under a study's ``results_dir``, read back by ``glmrag report``.
 
 ``train.py`` and ``eval.py`` each file a run as ``<results_dir>/<run id>/``: ``metrics.json`` (the evaluator's,
-plus ``run``: who, on what data, key settings, parameters, warnings; and ``trainer``: the Trainer's metrics)
+plus ``per_question``: Recall@2/@5 of every system on every question; ``run``: who, on what data, key settings,
+parameters, warnings, CPU time; and ``trainer``: the Trainer's metrics)
 and ``config.yaml`` (the resolved config). A folder appears whole, in one rename; a run id already taken gets
 ``-2``, ``-3``, ...: a later run never overwrites an earlier one.
 """
@@ -63,9 +64,28 @@ class StoredRun:
         return any(NO_GAIN in w for w in self.warnings)
 
 
+PER_QUESTION_METRICS = ("recall@2", "recall@5")
+"""The per-question scores a stored run keeps (``per_question``), so runs on the same questions can be compared
+paired (:mod:`glmrag.eval.study_slopes`)."""
+
+
+def per_question_scores(result: EvalResult) -> dict[str, Any]:
+    """``{"question_ids": [...], metric: {system: [score or None, ...]}}`` of :data:`PER_QUESTION_METRICS` (those
+    the evaluation measured), in question order, rounded to 4 decimals (None: undefined, a question without gold
+    passages)."""
+    out: dict[str, Any] = {"question_ids": list(result.question_ids)}
+    for metric in (m for m in PER_QUESTION_METRICS if m in result.metric_names):
+        out[metric] = {
+            system: [None if row.get(metric) is None else round(float(row[metric]), 4) for row in rows]
+            for system, rows in result.per_question.items()
+        }
+    return out
+
+
 def run_record(result: EvalResult | None, run: dict[str, Any], trainer: dict[str, float] | None = None) -> dict:
-    """The content of a stored ``metrics.json``: the evaluator's metrics (if any), ``run`` and ``trainer``."""
-    record = metrics_json(result) if result is not None else {}
+    """The content of a stored ``metrics.json``: the evaluator's metrics and per-question scores (if any), ``run``
+    and ``trainer``."""
+    record = {**metrics_json(result), "per_question": per_question_scores(result)} if result is not None else {}
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     return {**record, "run": {**run, "stored_at": stamp}, "trainer": dict(trainer or {})}
 

@@ -31,6 +31,8 @@ from glmrag.eval.store import StoredRun
 from glmrag.eval.study_tables import MISSING, Row, _sort_key
 
 METRIC = "recall@2"
+TRAIN_FRACTION = "datamodule.train_fraction"
+"""The key a data-scaling study sweeps; its figure's x axis is the number of training questions instead."""
 FIGURE_GROUPINGS = ("hops", "n_supporting")
 """The breakdowns drawn for a study report and for one evaluation (GLM-RAG Fig. 4's hop buckets, and the
 number of supporting passages)."""
@@ -148,12 +150,18 @@ def plot_sweep(rows: Sequence[Row], key: str, path: str | os.PathLike[str], metr
     values = sorted({r.values[key] for rs in swept.values() for r in rs}, key=_sort_key)
     numeric = all(_sort_key(v)[0] == 1 for v in values)
     position = {v: float(v) if numeric else i for i, v in enumerate(values)}
-    fig, ax = _axes(f"{_label(metric)} by {key}", key, metric)
+    by_questions = key == TRAIN_FRACTION and all(r.train_questions for rs in swept.values() for r in rs)
+    xlabel = "training questions (log scale)" if by_questions else key
+
+    def x_of(r: Row) -> float:  # data scaling (GLM-RAG Fig. 7): the questions trained on, not the fraction
+        return float(r.train_questions) if by_questions else position[r.values[key]]
+
+    fig, ax = _axes(f"{_label(metric)} by {xlabel.removesuffix(' (log scale)')}", xlabel, metric)
     for i, (family, rs) in enumerate(families.items()):
         style = series_style(i)
-        points = sorted(swept[family], key=lambda r: position[r.values[key]])
+        points = sorted(swept[family], key=x_of)
         if points:
-            x = [position[r.values[key]] for r in points]
+            x = [x_of(r) for r in points]
             ax.plot(x, [100 * r.overall[metric].mean for r in points], label=_family_label(family, points), **style)
             low, high = ([100 * getattr(r.overall[metric], e) for r in points] for e in ("low", "high"))
             ax.fill_between(x, low, high, alpha=0.15, color=style["color"])
@@ -161,9 +169,13 @@ def plot_sweep(rows: Sequence[Row], key: str, path: str | os.PathLike[str], metr
         elif len(rs) == 1:  # a reference without the swept value
             mean = 100 * rs[0].overall[metric].mean
             ax.axhline(mean, linestyle="--", color=style["color"], label=f"{family} (no {key}, dashed)")
-    swept_x = {r.run_id: position[r.values[key]] for points in swept.values() for r in points}
+    swept_x = {r.run_id: x_of(r) for points in swept.values() for r in points}
     _dense_reference(ax, swept_x, rows, metric)
-    if not numeric:
+    if by_questions:
+        ax.set_xscale("log", base=2)
+        ticks = sorted(set(swept_x.values()))
+        ax.set_xticks(ticks, [f"{t:.0f}" for t in ticks])
+    elif not numeric:
         ax.set_xticks(list(position.values()), [str(v) for v in values])
     ax.legend(fontsize=7)
     return _save(fig, path)

@@ -72,6 +72,9 @@ class Row:
     """The questions the run trained on (the trained system's row; None for a baseline or an older run)."""
     no_gain: bool = False
     """The run's training did not help (its trained system's row): the point measures its untrained model."""
+    cpu_seconds: dict[str, float] | None = None
+    """CPU seconds of the run's ``train`` (fit and test) and ``evaluation`` (its trained system's row; None for a
+    baseline, an evaluation-only run or an older run)."""
 
 
 def overrides(run: StoredRun) -> dict[str, str]:
@@ -80,7 +83,8 @@ def overrides(run: StoredRun) -> dict[str, str]:
     return {key.lstrip("+~"): value for key, sep, value in pairs if sep}
 
 
-def _family(run: StoredRun) -> str:
+def family_of(run: StoredRun) -> str:
+    """The curve or column a run belongs to: its config's ``family``, else its trained system."""
     return str(run.run.get("family") or run.metrics.get("reference") or run.run_id)
 
 
@@ -99,7 +103,7 @@ def _varies_within_a_family(runs: Sequence[StoredRun], key: str, recorded_only: 
     for run in runs:
         value = _value(run, key)
         if not (recorded_only and value is MISSING):
-            families.setdefault(_family(run), set()).add(repr(value))
+            families.setdefault(family_of(run), set()).add(repr(value))
     return any(len(values) > 1 for values in families.values())
 
 
@@ -142,7 +146,7 @@ def study_rows(runs: Sequence[StoredRun]) -> tuple[list[Row], list[str]]:
                     run_id=run.run_id,
                     system=system,
                     reference=ref,
-                    family=_family(run) if ref else system,
+                    family=family_of(run) if ref else system,
                     eval_data=str(run.run.get("eval_data", MISSING)),
                     values={k: _value(run, k) for k in keys} if ref else {},
                     overall={k: Interval(**v) for k, v in m["overall"][system].items() if isinstance(v, dict)},
@@ -153,6 +157,7 @@ def study_rows(runs: Sequence[StoredRun]) -> tuple[list[Row], list[str]]:
                     identical_to=notes.get(system, {}).get("identical_to"),
                     train_questions=run.run.get("train_questions") if ref else None,
                     no_gain=ref and run.training_did_not_help,
+                    cpu_seconds=(run.run.get("cpu_seconds") or None) if ref else None,
                 )
             )
     return rows, keys
@@ -188,6 +193,13 @@ def _params(n: int | None) -> str:
     return MISSING if n is None else f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n:,}"
 
 
+def _cpu_minutes(cpu: dict[str, float] | None) -> str:
+    """``12.5 + 3.1``: a run's training and evaluation CPU minutes (:data:`MISSING` where not recorded)."""
+    if not cpu:
+        return MISSING
+    return " + ".join(MISSING if cpu.get(k) is None else f"{cpu[k] / 60:.1f}" for k in ("train", "evaluation"))
+
+
 def _md_row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -215,8 +227,10 @@ def format_study_markdown(runs: Sequence[StoredRun], title: str) -> str:
     timed = any(r.ms_per_question is not None for r in rows)
     with_llm = any(r.fallbacks is not None for r in rows)
     sized = any(r.train_questions is not None for r in rows)
+    costed = any(r.cpu_seconds for r in rows)
     head = ["Run", "System", *heads[: len(keys)], *(["Train q"] if sized else []), "Params"]
     head += [*(_label(m) for m in METRICS)] + (["ms/q"] if timed else [])
+    head += ["CPU min (train + eval)"] if costed else []
     lines += [
         "## All runs",
         "",
@@ -231,7 +245,10 @@ def format_study_markdown(runs: Sequence[StoredRun], title: str) -> str:
         timing = [MISSING if r.ms_per_question is None else f"{r.ms_per_question:.1f}"] if timed else []
         llm = [fallback_cell(r.fallbacks)] if with_llm else []
         size = [MISSING if r.train_questions is None else str(r.train_questions)] if sized else []
-        lines.append(_md_row([r.run_id, name, *values, *size, _params(r.num_parameters), *scores, *timing, *llm]))
+        cost = [_cpu_minutes(r.cpu_seconds)] if costed else []
+        lines.append(
+            _md_row([r.run_id, name, *values, *size, _params(r.num_parameters), *scores, *timing, *cost, *llm])
+        )
 
     evaluated = {}
     for run in runs:
@@ -304,13 +321,14 @@ def runs_csv(runs: Sequence[StoredRun]) -> str:
     the system it repeats and its LLM fallbacks (empty for none)."""
     rows, keys = study_rows(runs)
     header = ["run", "system", "reference", "family", "eval_data", *keys, "train_questions", "training_did_not_help"]
-    header += ["num_parameters", "ms_per_question"]
+    header += ["num_parameters", "ms_per_question", "cpu_s_train", "cpu_s_evaluation"]
     header += [f"{m}_{part}" for m in METRICS for part in ("mean", "low", "high", "marker")]
     header += ["identical_to", "llm_fallbacks"]
     records = []
     for r in rows:
         rec = [r.run_id, r.system, r.reference, r.family, r.eval_data, *(r.values.get(k, "") for k in keys)]
         rec += [r.train_questions, r.no_gain if r.reference else None, r.num_parameters, r.ms_per_question]
+        rec += [(r.cpu_seconds or {}).get(k) for k in ("train", "evaluation")]
         for m in METRICS:
             iv = r.overall.get(m)
             rec += [iv.mean, iv.low, iv.high] if iv else [None] * 3

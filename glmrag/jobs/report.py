@@ -4,7 +4,9 @@
     glmrag report results/subgraph_restriction                         (the installed entry point)
 
 Reads every run that ``train.py`` / ``eval.py`` filed under the folder (:mod:`glmrag.eval.store`) and
-writes into ``--out`` (default ``<results dir>/report``): ``report.md`` (tables and the figures),
+writes into ``--out`` (default ``<results dir>/report``): ``report.md`` (tables, each family's gain per doubling
+of training questions where it was trained on several numbers of them (:mod:`glmrag.eval.study_slopes`), and the
+figures),
 ``paper_table.csv``, ``runs.csv``, ``scaling.png`` (when a family has several sizes),
 ``recall_by_<swept value>.png`` (a one-dimensional sweep), ``recall_by_hops.png`` and
 ``recall_by_n_supporting.png`` (only where it differs from hops; on MuSiQue the two are the same grouping).
@@ -28,7 +30,8 @@ from typing import Any
 
 from glmrag.eval.store import read_runs
 from glmrag.eval.study_plots import FIGURE_GROUPINGS, plot_breakdown, plot_scaling, plot_sweep
-from glmrag.eval.study_tables import format_study_markdown, paper_csv, runs_csv, study_rows
+from glmrag.eval.study_slopes import format_slopes_markdown
+from glmrag.eval.study_tables import METRICS, format_study_markdown, paper_csv, runs_csv, study_rows
 from glmrag.io import atomic_write_text
 
 WANDB_PROJECT = "glmrag"
@@ -52,6 +55,8 @@ def build_report(results_dir: str | os.PathLike[str], out: str | os.PathLike[str
     drawn = {name: path for name, path in figures.items() if path is not None}
 
     markdown = format_study_markdown(runs, f"Study {results_dir.name}")
+    if slopes := format_slopes_markdown(runs, METRICS):
+        markdown += "\n" + slopes
     markdown += "".join(f"\n![{name}]({name})\n" for name in drawn)
     paths = {
         "report.md": atomic_write_text(out / "report.md", markdown),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import resource
 import signal
 import warnings
 from collections.abc import Iterator, Sequence
@@ -357,6 +358,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """
     L.seed_everything(cfg.seed, workers=True)
     with closing(make_loggers(cfg)) as loggers:
+        cpu = {"start": cpu_seconds()}
         trainer, callbacks = fit(cfg, loggers, measure_start=True)
         # a fast_dev_run is a smoke test of the loops: Lightning writes no real checkpoint to evaluate
         best = None if trainer.fast_dev_run else best_checkpoint(callbacks)
@@ -368,8 +370,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             metrics |= {k: float(v) for k, v in trainer.callback_metrics.items()}
         if trainer.is_global_zero:  # the run's final numbers: wandb's summary (the evaluation adds its means)
             log_summary(loggers, {**metrics, "best_checkpoint": best})
+        cpu["train"] = cpu_seconds()
         evals = evaluate_on_rank_zero(cfg, trainer, best, loggers, warnings)
-        stored = file_on_rank_zero(cfg, trainer, metrics, best, evals, warnings, loggers)
+        cpu = {"train": cpu["train"] - cpu["start"], "evaluation": cpu_seconds() - cpu["train"]}
+        stored = file_on_rank_zero(cfg, trainer, metrics, best, evals, warnings, loggers, cpu)
         log.info("best checkpoint: %s", best)
     first = next(iter(evals.values()), None)
     return dict(metrics=metrics, best_checkpoint=best, warnings=warnings, eval=first, evals=evals, stored=stored)
@@ -402,6 +406,7 @@ def file_on_rank_zero(
     evals: dict[str, EvalResult],
     warnings: list[str],
     loggers: list[Logger],
+    cpu: dict[str, float] | None = None,
 ) -> list[Path]:
     """On rank 0 of a real run (not a fast_dev_run): file the run in the results store
     (:func:`store_train_run`) and name its entries to the loggers; ``[]`` otherwise."""
@@ -409,7 +414,7 @@ def file_on_rank_zero(
         return []
     model = trainer.lightning_module
     count = getattr(trainer.datamodule, "train_question_count", None)
-    stored = store_train_run(cfg, model, metrics, best, evals, warnings, count() if count else None)
+    stored = store_train_run(cfg, model, metrics, best, evals, warnings, count() if count else None, cpu)
     for logger in loggers:
         logger.log_hyperparams({"results": [str(p) for p in stored], "num_parameters": num_parameters(model)})
     return stored
@@ -434,6 +439,13 @@ def evaluate_checkpoint(
     return evals
 
 
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and of its children that have ended (DataLoader workers, spaCy
+    and launched processes): rank 0's view of what a run costs."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def num_parameters(module: torch.nn.Module, trainable_only: bool = False) -> int:
     """Parameters of ``module``: the retriever's own weights (GLM-RAG Table 18 counts a GLM's T5 encoder,
     the only part of T5 the GLM holds, with its head)."""
@@ -448,9 +460,11 @@ def store_train_run(
     evals: dict[str, EvalResult],
     warnings: Sequence[str] = (),
     train_questions: int | None = None,
+    cpu: dict[str, float] | None = None,
 ) -> list[Path]:
     """File the run in the results store: one entry per evaluated dataset (one, without metrics, if none), with
-    the number of questions it trained on (a study report's points name it)."""
+    the number of questions it trained on (a study report's points name it) and the CPU seconds of its training
+    (fit and test) and of its evaluations (``cpu_seconds``: what a study costs, point by point)."""
     absent = object()
     settings = {key: OmegaConf.select(cfg, key, default=absent) for key in KEY_SETTINGS}
     run = {
@@ -460,6 +474,7 @@ def store_train_run(
         "model": cfg.model._target_,
         "train_data": list(cfg.datamodule.datasets),
         "train_questions": train_questions,
+        "cpu_seconds": {k: round(v, 1) for k, v in (cpu or {}).items()},
         "num_parameters": num_parameters(model),
         "num_trainable_parameters": num_parameters(model, trainable_only=True),
         "best_checkpoint": best,

@@ -39,9 +39,13 @@ def test_store_writes_both_files_and_never_clobbers(result, tmp_path):
     assert (first.name, second.name) == ("glm-mq", "glm-mq-2")
     assert (first / "config.yaml").read_text() == "a: 1\n" and (second / "config.yaml").read_text() == "a: 2\n"
     stored = json.loads((first / "metrics.json").read_text())
-    assert {k: v for k, v in stored.items() if k not in ("run", "trainer")} == json.loads(
+    assert {k: v for k, v in stored.items() if k not in ("run", "trainer", "per_question")} == json.loads(
         json.dumps(metrics_json(result))
     )
+    assert stored["per_question"] == {  # paired comparisons between runs need every question's score
+        "question_ids": ["q_near", "q_deep"],
+        "recall@2": {"glm": [1.0, 1.0], "dense": [1.0, 0.5]},  # ks=(1, 2): no Recall@5 measured
+    }
     assert stored["trainer"] == {"test/recall@2": 1.0} and stored["run"]["family"] == "glm"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["glm-mq", "glm-mq-2"]  # no temporary folder left
     runs = read_runs(tmp_path)
