@@ -141,8 +141,11 @@ def plot_scaling(rows: Sequence[Row], path: str | os.PathLike[str], metric: str 
     return _save(fig, path)
 
 
-def plot_sweep(rows: Sequence[Row], key: str, path: str | os.PathLike[str], metric: str = METRIC) -> Path | None:
-    """Recall against the swept value ``key``: numbers on a numeric axis, other values in sorted order."""
+def plot_sweep(
+    rows: Sequence[Row], key: str, path: str | os.PathLike[str], metric: str = METRIC, test_set: str | None = None
+) -> Path | None:
+    """Recall against the swept value ``key``: numbers on a numeric axis, other values in sorted order (a data-scaling
+    study's fraction: the training questions, log scale); ``test_set`` names the rows' test set in the title."""
     families = _by_family(rows)
     swept = {f: [r for r in rs if r.values.get(key, MISSING) != MISSING] for f, rs in families.items()}
     if not any(swept.values()):
@@ -156,7 +159,8 @@ def plot_sweep(rows: Sequence[Row], key: str, path: str | os.PathLike[str], metr
     def x_of(r: Row) -> float:  # data scaling (GLM-RAG Fig. 7): the questions trained on, not the fraction
         return float(r.train_questions) if by_questions else position[r.values[key]]
 
-    fig, ax = _axes(f"{_label(metric)} by {xlabel.removesuffix(' (log scale)')}", xlabel, metric)
+    title = f"{_label(metric)} by {xlabel.removesuffix(' (log scale)')}" + (f", on {test_set}" if test_set else "")
+    fig, ax = _axes(title, xlabel, metric)
     for i, (family, rs) in enumerate(families.items()):
         style = series_style(i)
         points = sorted(swept[family], key=x_of)

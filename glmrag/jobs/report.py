@@ -8,7 +8,8 @@ writes into ``--out`` (default ``<results dir>/report``): ``report.md`` (tables,
 of training questions where it was trained on several numbers of them (:mod:`glmrag.eval.study_slopes`), and the
 figures),
 ``paper_table.csv``, ``runs.csv``, ``scaling.png`` (when a family has several sizes),
-``recall_by_<swept value>.png`` (a one-dimensional sweep), ``recall_by_hops.png`` and
+``recall_by_<swept value>.png`` (a one-dimensional sweep; ``..._on_<test set>.png``, one per test set, when the
+runs were tested on several), ``recall_by_hops.png`` and
 ``recall_by_n_supporting.png`` (only where it differs from hops; on MuSiQue the two are the same grouping).
 
 With ``--wandb`` the figures (``wandb.Image``) and the CSV tables (``wandb.Table``) are also logged to a
@@ -47,9 +48,13 @@ def build_report(results_dir: str | os.PathLike[str], out: str | os.PathLike[str
         raise ValueError(f"{results_dir} holds no evaluated run ({len(runs)} runs without evaluator metrics)")
     rows, keys = study_rows(runs)
     figures = {"scaling.png": plot_scaling(rows, out / "scaling.png")}
-    if len(keys) == 1:
-        name = f"recall_by_{re.sub(r'[^A-Za-z0-9]+', '_', keys[0])}.png"
-        figures[name] = plot_sweep(rows, keys[0], out / name)
+    swept = [k for k in keys if k != "eval_data"]
+    if len(swept) == 1:  # one figure per test set when the runs were tested on several
+        tests = sorted({r.eval_data for r in rows}) if "eval_data" in keys else [None]
+        for eval_data in tests:
+            name = f"recall_by_{_slug(swept[0])}{'' if eval_data is None else '_on_' + _slug(eval_data)}.png"
+            subset = rows if eval_data is None else [r for r in rows if r.eval_data == eval_data]
+            figures[name] = plot_sweep(subset, swept[0], out / name, test_set=eval_data)
     for grouping in FIGURE_GROUPINGS:
         figures[f"recall_by_{grouping}.png"] = plot_breakdown(runs, grouping, out / f"recall_by_{grouping}.png")
     drawn = {name: path for name, path in figures.items() if path is not None}
@@ -64,6 +69,10 @@ def build_report(results_dir: str | os.PathLike[str], out: str | os.PathLike[str
         "runs.csv": atomic_write_text(out / "runs.csv", runs_csv(runs)),
     }
     return paths | drawn
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", text)
 
 
 def _cell(text: str) -> Any:
