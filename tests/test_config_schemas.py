@@ -156,3 +156,17 @@ def test_the_gnn_schema_fills_in_the_modules_defaults():
     with torch.device("meta"):
         built = instantiate(OmegaConf.structured(NODE_SCHEMAS["model/gnn"]))
         assert dict(built.hparams) == dict(GNNRetrieverModule().hparams)
+
+
+@pytest.mark.parametrize("system", sorted(p.stem for p in (CONFIGS / "system" / "scaling_cpu").glob("*.yaml")))
+def test_the_cpu_data_scaling_systems_pass_the_training_check(system, train_config):
+    """benchmarks/scaling_cpu.sh's runs (issue 52): each family composes into the study and passes the checks that
+    run before any work, its own family named, tested on the two 2Wiki test sets, on a nested share of questions."""
+    from glmrag.jobs.config_check import validate_train_config
+
+    overrides = ["experiment=study_data_scaling", f"+system=scaling_cpu/{system}", "datamodule.train_fraction=0.125"]
+    cfg = train_config([*overrides, "study=data_scaling_cpu"])
+    validate_train_config(cfg)
+    assert list(cfg.eval_data) == ["2wiki_dev", "2wiki_train"] and cfg.datamodule.train_fraction == 0.125
+    assert cfg.results_dir == "results/data_scaling_cpu" and cfg.run_name == f"{cfg.model_name}-f0.125-2wiki_train"
+    assert cfg.family == {"glm_mpnet": "glm_mpnet_cpu", "gnn_prior": "ppr_gnn_cpu"}.get(system, "gfm_rag_star_cpu")
