@@ -120,22 +120,30 @@ def _dense_reference(ax, x_of: dict[str, float], rows: Sequence[Row], metric: st
 
 
 def plot_scaling(rows: Sequence[Row], path: str | os.PathLike[str], metric: str = METRIC) -> Path | None:
-    """Recall against parameters (log scale) with 95% CIs, when some family has two or more sizes; each run's
-    untrained model and dense retrieval beside it, points whose training did not help drawn hollow."""
-    families = {f: [r for r in rs if r.num_parameters] for f, rs in _by_family(rows).items()}
-    if not any(len({r.num_parameters for r in rs}) > 1 for rs in families.values()):
+    """Recall against parameters (log scale) with 95% CIs, when some family has two or more sizes (GLM-RAG Fig. 6),
+    else against trained parameters when those vary (a GLM with more or fewer frozen layers); each run's untrained
+    model and dense retrieval beside it, points whose training did not help drawn hollow."""
+    sizes = {"parameters": lambda r: r.num_parameters, "trained parameters": lambda r: r.num_trainable_parameters}
+    varying = [
+        (xlabel, count, {f: [r for r in rs if count(r)] for f, rs in _by_family(rows).items()})
+        for xlabel, count in sizes.items()
+    ]
+    varying = [v for v in varying if any(len({v[1](r) for r in rs}) > 1 for rs in v[2].values())]
+    if not varying:
         return None
-    fig, ax = _axes("Model scaling (GLM-RAG Fig. 6)", "parameters", metric)
+    xlabel, count, families = varying[0]
+    title = "Model scaling (GLM-RAG Fig. 6)" if xlabel == "parameters" else "Trained capacity"
+    fig, ax = _axes(title, xlabel, metric)
     for i, (family, rs) in enumerate(families.items()):
-        rs = sorted(rs, key=lambda r: r.num_parameters)
-        x = [r.num_parameters for r in rs]
+        rs = sorted(rs, key=count)
+        x = [count(r) for r in rs]
         y = [100 * r.overall[metric].mean for r in rs]
         err = [[100 * (r.overall[metric].mean - r.overall[metric].low) for r in rs],
                [100 * (r.overall[metric].high - r.overall[metric].mean) for r in rs]]  # fmt: skip
         style = series_style(i)
         ax.errorbar(x, y, yerr=err, capsize=3, label=_family_label(family, rs), **style)
         _references(ax, x, rs, rows, metric, style["color"])
-    _dense_reference(ax, {r.run_id: r.num_parameters for rs in families.values() for r in rs}, rows, metric)
+    _dense_reference(ax, {r.run_id: count(r) for rs in families.values() for r in rs}, rows, metric)
     ax.set_xscale("log")
     ax.legend(fontsize=7)
     return _save(fig, path)

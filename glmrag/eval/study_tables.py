@@ -63,6 +63,8 @@ class Row:
     overall: dict[str, Interval]
     markers: dict[str, str] = field(default_factory=dict)
     num_parameters: int | None = None
+    num_trainable_parameters: int | None = None
+    """Parameters the run trained (a GLM with frozen layers trains fewer than it holds)."""
     ms_per_question: float | None = None
     fallbacks: dict[str, dict] | None = None
     """Decision -> ``{"fell_back", "of", "unit"}`` of an LLM method (``metrics.json`` headline); None otherwise."""
@@ -152,6 +154,7 @@ def study_rows(runs: Sequence[StoredRun]) -> tuple[list[Row], list[str]]:
                     overall={k: Interval(**v) for k, v in m["overall"][system].items() if isinstance(v, dict)},
                     markers={metric: markers.get((system, metric), "") for metric in METRICS},
                     num_parameters=run.run.get("num_parameters") if ref else None,
+                    num_trainable_parameters=run.run.get("num_trainable_parameters") if ref else None,
                     ms_per_question=timing.get(system),
                     fallbacks=notes.get(system, {}).get("fallbacks"),
                     identical_to=notes.get(system, {}).get("identical_to"),

@@ -13,6 +13,7 @@ from glmrag.data.types import Question
 from glmrag.eval import evaluate
 from glmrag.eval.outputs import metrics_json
 from glmrag.eval.store import read_runs, run_record, write_run
+from glmrag.eval.study_plots import figure_labels
 from glmrag.jobs.common import resolved_config_yaml
 from glmrag.jobs.evaluate import run_eval, store_eval_run
 from glmrag.jobs.report import build_report, cli
@@ -62,7 +63,9 @@ def _iv(mean, half=0.1, n=20):
     return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
 
 
-def _run(root, run_id, family, r2, r5, *, settings, overrides=(), params=1000, marker="*", ms=None, hops=None):
+def _run(
+    root, run_id, family, r2, r5, *, settings, overrides=(), params=1000, marker="*", ms=None, hops=None, trained=None
+):
     """A stored run as train.py writes it: one trained system (the reference) and dense."""
     ref = run_id
     metrics = {
@@ -86,6 +89,7 @@ def _run(root, run_id, family, r2, r5, *, settings, overrides=(), params=1000, m
         ],
     }
     run = {"family": family, "settings": settings, "overrides": list(overrides), "num_parameters": params}
+    run |= {"num_trainable_parameters": trained} if trained else {}
     write_run(root, run_id, metrics | run_record(None, run | {"eval_data": "musique100"}), "")
 
 
@@ -170,6 +174,22 @@ def test_report_of_a_scaling_study_plots_recall_against_parameters(tmp_path, cap
     assert "| capacity | gfm_rag_star | glm_rag |" in md and "| base | 50.0 [40.0, 60.0] | 50.0 [40.0, 60.0] |" in md
     row = "| glm_rag_small | glm_rag_small (ref) | small | 36.00M | 40.0 [30.0, 50.0] | 60.0 [50.0, 70.0] | 12.5 |"
     assert row in md  # the retrieval time per question (Table 7) is a column when measured
+
+
+def test_a_capacity_study_of_frozen_layers_plots_recall_against_trained_parameters(tmp_path):
+    """Issue 52's capacity points: the GLM holds the same MPNet whatever it freezes, so its parameter count never
+    varies; the scaling figure then puts the trained parameters on its x axis instead of drawing nothing."""
+    for frozen, trained, r2 in ((8, 28_000_000, 0.30), (4, 56_000_000, 0.35), (0, 85_000_000, 0.38)):
+        over = [f"model.glm.frozen_layers={frozen}"]
+        _run(tmp_path, f"glm_f{frozen}", "glm_mpnet_cpu", r2, 0.5, settings={}, overrides=over, params=110_000_000,
+             trained=trained)  # fmt: skip
+    paths = build_report(tmp_path, tmp_path / "out")
+    assert "glm_mpnet_cpu" in figure_labels(paths["scaling.png"])
+    (tmp_path / "same").mkdir()
+    for frozen in (8, 4):  # trained parameters recorded equal (an older run): nothing to draw against
+        _run(tmp_path / "same", f"glm_f{frozen}", "glm_mpnet_cpu", 0.3, 0.5, settings={}, params=110_000_000,
+             overrides=[f"model.glm.frozen_layers={frozen}"], trained=28_000_000)  # fmt: skip
+    assert "scaling.png" not in build_report(tmp_path / "same", tmp_path / "out_same")
 
 
 def test_report_needs_evaluated_runs(tmp_path):
