@@ -9,25 +9,14 @@ client side is :mod:`glmrag.index.served_embed`.
 
 from __future__ import annotations
 
-import argparse
-import logging
-
 from glmrag.index.embed import Embedder
-from glmrag.llm.serve import LLMServer, serve_until_interrupted, server_key
+from glmrag.llm.serve import LLMServer, parse_server_args, serve_until_interrupted, server_parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Serve a sentence-transformers model at /v1/embeddings.")
-    parser.add_argument("--model", required=True, help="sentence-transformers name, folder, or offline:...")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8009)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--api-key-env", default=None, help="require Bearer $NAME on every request")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO)
+    args = parse_server_args(server_parser("Serve a sentence-transformers model at /v1/embeddings.", 8009), argv)
     embedder = Embedder(args.model, device=args.device)
-    key = server_key(parser, args.api_key_env)
-    server = LLMServer(None, args.host, args.port, model_name=args.model, api_key=key, embedder=embedder)
+    server = LLMServer(None, args.host, args.port, model_name=args.model, api_key=args.api_key, embedder=embedder)
     print(f"serving {args.model} ({embedder.dim}-d): index.embed_model=http:{args.model}@{server.base_url}", flush=True)
     serve_until_interrupted(server)
 

@@ -219,29 +219,36 @@ def main(argv: list[str] | None = None) -> None:
     from glmrag.llm.local import LocalLLM
     from glmrag.llm.offline import DEFAULT_MODEL
 
-    parser = argparse.ArgumentParser(description="Serve a local causal LM with an OpenAI-compatible API.")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="hub name, folder, or offline:smollm2-135m-instruct")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8008)
-    parser.add_argument("--device", default="cpu")
+    parser = server_parser("Serve a local causal LM with an OpenAI-compatible API.", 8008, DEFAULT_MODEL)
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--api-key-env", default=None, help="require Bearer $NAME on every request")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO)
+    args = parse_server_args(parser, argv)
     backend = LocalLLM(args.model, device=args.device, batch_size=args.batch_size)
-    server = LLMServer(backend, args.host, args.port, api_key=server_key(parser, args.api_key_env))
+    server = LLMServer(backend, args.host, args.port, api_key=args.api_key)
     print(f"serving {args.model} at {server.base_url} (loaded in {backend.load_seconds:.1f} s)", flush=True)
     serve_until_interrupted(server)
 
 
-def server_key(parser: argparse.ArgumentParser, api_key_env: str | None) -> str | None:
-    """The key a server started with ``--api-key-env NAME`` requires (None: no key); an empty variable is refused."""
-    if not api_key_env:
-        return None
-    api_key = os.environ.get(api_key_env)
-    if not api_key:
-        parser.error(f"--api-key-env {api_key_env}: that environment variable is empty")
-    return api_key
+def server_parser(description: str, port: int, model: str | None = None) -> argparse.ArgumentParser:
+    """The options every local server takes: ``--model`` (required when ``model`` is None), ``--host``, ``--port``,
+    ``--device`` and ``--api-key-env``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--model", default=model, required=model is None, help="hub name, folder, or offline:...")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=port)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--api-key-env", default=None, help="require Bearer $NAME on every request")
+    return parser
+
+
+def parse_server_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The parsed options with ``api_key``: the key ``--api-key-env NAME`` requires (None: no key; an empty
+    variable is refused); logging set up for the server's lines."""
+    args = parser.parse_args(argv)
+    args.api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    if args.api_key_env and not args.api_key:
+        parser.error(f"--api-key-env {args.api_key_env}: that environment variable is empty")
+    logging.basicConfig(level=logging.INFO)
+    return args
 
 
 def serve_until_interrupted(server: LLMServer) -> None:
