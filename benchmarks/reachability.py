@@ -38,7 +38,8 @@ def main() -> None:
     header = (
         f"# Gold-passage reachability on {dataset.name} ({len(dataset.qa)} questions, "
         f"{index.manifest['extractor']['name']} index)\n\n"
-        f"Command: `python benchmarks/reachability.py {' '.join(overrides)}`\n\n"
+        f"Command: `python benchmarks/reachability.py {' '.join(overrides)} --hops {' '.join(map(str, args.hops))} "
+        f"--triplets {' '.join(map(str, args.triplets))}`\n\n"
     )
     print(header + table)
     if args.out:

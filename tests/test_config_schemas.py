@@ -170,3 +170,19 @@ def test_the_cpu_data_scaling_systems_pass_the_training_check(system, train_conf
     assert list(cfg.eval_data) == ["2wiki_dev", "2wiki_train"] and cfg.datamodule.train_fraction == 0.125
     assert cfg.results_dir == "results/data_scaling_cpu" and cfg.run_name == f"{cfg.model_name}-f0.125-2wiki_train"
     assert cfg.family == {"glm_mpnet": "glm_mpnet_cpu", "gnn_prior": "ppr_gnn_cpu"}.get(system, "gfm_rag_star_cpu")
+
+
+@pytest.mark.parametrize(
+    ("swept", "name"),
+    [("model.glm.frozen_layers=0", "frozen0"), ("model.subgraph.max_triplets=200", "t200")],
+)
+def test_the_cpu_capacity_and_coverage_runs_pass_the_training_check(swept, name, train_config):
+    """STUDY=capacity / coverage of benchmarks/scaling_cpu.sh: the GLM at 360 questions with every layer trained or
+    200 triplets passes the checks before any work, named by the value it varies (its own run folder)."""
+    from glmrag.jobs.config_check import validate_train_config
+
+    tag = {"frozen0": "frozen${model.glm.frozen_layers}", "t200": "t${model.subgraph.max_triplets}"}[name]
+    overrides = ["experiment=study_data_scaling", "+system=scaling_cpu/glm_mpnet", "datamodule.train_fraction=1.0"]
+    cfg = train_config([*overrides, swept, f"run_name=glm_mpnet_cpu-{tag}-${{data.name}}", "study=capacity_cpu"])
+    validate_train_config(cfg)
+    assert cfg.run_name == f"glm_mpnet_cpu-{name}-2wiki_train" and cfg.family == "glm_mpnet_cpu"
