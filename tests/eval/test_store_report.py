@@ -265,6 +265,11 @@ def test_a_data_scaling_report_says_where_training_did_not_help(tmp_path):
     assert "| glm_f0.5 | glm_f0.5 (ref) | 0.5 | 30 | 1,000 |" in md  # the training questions of each point
     labels = figure_labels(paths["recall_by_datamodule_train_fraction.png"])
     assert labels == ["glm_rag (hollow: training did not help)", "glm_rag untrained (dashed)", "dense (dotted)"]
+    at5 = paths["recall_by_datamodule_train_fraction_at5.png"]  # issue 52: Recall@5 against training questions too
+    assert (
+        figure_labels(at5) == labels
+        and at5.read_bytes() != paths["recall_by_datamodule_train_fraction.png"].read_bytes()
+    )
     with paths["runs.csv"].open() as f:
         rows = {(r["run"], r["system"]): r for r in csv.DictReader(f)}
     assert rows[("glm_f0.5", "glm_f0.5")]["training_did_not_help"] == "True"
