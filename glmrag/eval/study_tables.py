@@ -203,6 +203,19 @@ def _cpu_minutes(cpu: dict[str, float] | None) -> str:
     return " + ".join(MISSING if cpu.get(k) is None else f"{cpu[k] / 60:.1f}" for k in ("train", "evaluation"))
 
 
+def study_cpu_minutes(runs: Sequence[StoredRun]) -> tuple[float, float, int] | None:
+    """Training and evaluation CPU minutes of the runs' training jobs, and how many jobs: a job's stored runs (one
+    per test set) share its CPU seconds and output folder, so each job counts once; None where none recorded them."""
+    jobs = {}
+    for run in runs:
+        if run.evaluated and (cpu := run.run.get("cpu_seconds")):
+            jobs.setdefault(run.run.get("output_dir", run.run_id), cpu)
+    if not jobs:
+        return None
+    train, evaluation = (sum(cpu.get(k) or 0.0 for cpu in jobs.values()) / 60 for k in ("train", "evaluation"))
+    return train, evaluation, len(jobs)
+
+
 def _md_row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -252,6 +265,14 @@ def format_study_markdown(runs: Sequence[StoredRun], title: str) -> str:
         lines.append(
             _md_row([r.run_id, name, *values, *size, _params(r.num_parameters), *scores, *timing, *cost, *llm])
         )
+
+    if cost := study_cpu_minutes(runs):
+        train, evaluation, jobs = cost
+        lines += [
+            "",
+            f"CPU time of the study: {train:.1f} min of training and {evaluation:.1f} of evaluation in {jobs} "
+            "training jobs (a job tested on several sets, or filed in two studies, counted once).",
+        ]
 
     evaluated = {}
     for run in runs:

@@ -274,3 +274,22 @@ def test_a_data_scaling_report_says_where_training_did_not_help(tmp_path):
         rows = {(r["run"], r["system"]): r for r in csv.DictReader(f)}
     assert rows[("glm_f0.5", "glm_f0.5")]["training_did_not_help"] == "True"
     assert rows[("glm_f1.0", "glm_f1.0")]["train_questions"] == "60"
+
+
+def test_a_study_costs_each_training_job_once(tmp_path):
+    """Issue 52: the study's CPU time for planning it on other hardware. A training job files one run per test set
+    (and a capacity study copies in a data-scaling run): both carry the job's CPU seconds, which count once."""
+    res = tmp_path / "res"
+    jobs = {
+        "a": ("job1", {"train": 600.0, "evaluation": 120.0}),
+        "a_on_dev": ("job1", {"train": 600.0, "evaluation": 120.0}),
+    }
+    jobs |= {"b": ("job2", {"train": 300.0, "evaluation": 60.0})}
+    for name, (folder, cpu) in jobs.items():
+        _run(res, name, "glm_rag", 0.4, 0.6, settings={})
+        metrics_path = res / name / "metrics.json"
+        stored = json.loads(metrics_path.read_text())
+        stored["run"] |= {"cpu_seconds": cpu, "output_dir": f"outputs/{folder}"}
+        metrics_path.write_text(json.dumps(stored))
+    md = build_report(res, tmp_path / "out")["report.md"].read_text()
+    assert "CPU time of the study: 15.0 min of training and 3.0 of evaluation in 2 training jobs" in md
