@@ -116,20 +116,26 @@ def compare(a: FamilyScaling, b: FamilyScaling, n_boot: int = N_BOOT) -> SlopeCo
     gap = a.slope.mean - b.slope.mean
     meet = (b.intercept - a.intercept) / gap if abs(gap) > 1e-12 else math.inf  # log2 n where the lines meet
     crossing = 2**meet if abs(meet) < 1000 else None
-    return SlopeComparison(a.family, b.family, diff, p, crossing, _verdict(a, b, p, crossing))
+    return SlopeComparison(a.family, b.family, diff, p, crossing, _verdict(a, b, p, crossing, n_boot))
 
 
-def _verdict(a: FamilyScaling, b: FamilyScaling, p: float, crossing: float | None) -> str:
+def _p_text(p: float, n_boot: int) -> str:
+    """``p = 0.223``; ``p ≤ 0.001`` where no resample was as extreme (the least p that ``n_boot`` resamples give)."""
+    return f"p ≤ {p:.3f}" if p * (n_boot + 1) <= 1 + 1e-9 else f"p = {p:.3f}"
+
+
+def _verdict(a: FamilyScaling, b: FamilyScaling, p: float, crossing: float | None, n_boot: int) -> str:
+    p_text = _p_text(p, n_boot)
     per = f"{100 * abs(a.slope.mean - b.slope.mean):.1f} points per doubling"
     if p >= ALPHA:
         return (
-            f"the slopes do not differ significantly (p = {p:.3f}): on these points {a.family} gains no faster or "
+            f"the slopes do not differ significantly ({p_text}): on these points {a.family} gains no faster or "
             f"slower than {b.family}, and no crossing is projected"
         )
     steep, flat = (a, b) if a.slope.mean > b.slope.mean else (b, a)
     largest = max(max(a.train_questions), max(b.train_questions))
     smallest = min(min(a.train_questions), min(b.train_questions))
-    gains = f"{steep.family} gains {per} more than {flat.family} (p = {p:.3f})"
+    gains = f"{steep.family} gains {per} more than {flat.family} ({p_text})"
     if steep.at(largest) >= flat.at(largest):
         if crossing is not None and smallest <= crossing <= largest:
             return f"{gains}; the fitted lines cross within the measured range, at about {crossing:,.0f} questions"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from glmrag.eval.store import read_runs, write_run
-from glmrag.eval.study_slopes import data_scaling, format_slopes_markdown
+from glmrag.eval.study_slopes import _p_text, data_scaling, format_slopes_markdown
 from glmrag.jobs.report import build_report
 
 QUESTIONS = 60
@@ -62,6 +62,9 @@ def test_slopes_that_differ_give_a_projected_crossing_and_equal_ones_none(study,
     assert comparison.crossing == pytest.approx(2**x) and comparison.crossing > 360
     assert glm.at(comparison.crossing) == pytest.approx(gnn.at(comparison.crossing))
     assert "a projection, assuming both keep their measured log-linear slopes beyond 360" in comparison.verdict
+    assert f"(p = {comparison.p_value:.3f})" in comparison.verdict
+    # no resample as extreme: the least p that 1,000 resamples give is a bound, not a value (issue 52's report)
+    assert _p_text(1 / 1001, 1000) == "p ≤ 0.001" and _p_text(2 / 1001, 1000) == "p = 0.002"
 
     rng = np.random.default_rng(1)  # two families gaining the same 5 points per doubling
     for n, mean in ((45, 0.3), (90, 0.35), (180, 0.4), (360, 0.45)):
