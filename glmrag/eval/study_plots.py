@@ -119,10 +119,13 @@ def _dense_reference(ax, x_of: dict[str, float], rows: Sequence[Row], metric: st
         ax.plot(*zip(*dense, strict=True), linestyle=":", color="grey", label="dense (dotted)")
 
 
-def plot_scaling(rows: Sequence[Row], path: str | os.PathLike[str], metric: str = METRIC) -> Path | None:
+def plot_scaling(
+    rows: Sequence[Row], path: str | os.PathLike[str], metric: str = METRIC, test_set: str | None = None
+) -> Path | None:
     """Recall against parameters (log scale) with 95% CIs, when some family has two or more sizes (GLM-RAG Fig. 6),
     else against trained parameters when those vary (a GLM with more or fewer frozen layers); each run's untrained
-    model and dense retrieval beside it, points whose training did not help drawn hollow."""
+    model and dense retrieval beside it, points whose training did not help drawn hollow. ``rows`` of one test set
+    (``test_set`` names it in the title): a line through two test sets' scores would zigzag between them."""
     sizes = {"parameters": lambda r: r.num_parameters, "trained parameters": lambda r: r.num_trainable_parameters}
     varying = [
         (xlabel, count, {f: [r for r in rs if count(r)] for f, rs in _by_family(rows).items()})
@@ -133,6 +136,7 @@ def plot_scaling(rows: Sequence[Row], path: str | os.PathLike[str], metric: str 
         return None
     xlabel, count, families = varying[0]
     title = "Model scaling (GLM-RAG Fig. 6)" if xlabel == "parameters" else "Trained capacity"
+    title += f", on {test_set}" if test_set else ""
     fig, ax = _axes(title, xlabel, metric)
     for i, (family, rs) in enumerate(families.items()):
         rs = sorted(rs, key=count)

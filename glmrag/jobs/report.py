@@ -7,9 +7,9 @@ Reads every run that ``train.py`` / ``eval.py`` filed under the folder (:mod:`gl
 writes into ``--out`` (default ``<results dir>/report``): ``report.md`` (tables, each family's gain per doubling
 of training questions where it was trained on several numbers of them (:mod:`glmrag.eval.study_slopes`), and the
 figures),
-``paper_table.csv``, ``runs.csv``, ``scaling.png`` (when a family has several sizes),
-``recall_by_<swept value>.png`` (a one-dimensional sweep; ``..._on_<test set>.png``, one per test set, when the
-runs were tested on several), each of these for Recall@2 and again for Recall@5 (``..._at5.png``),
+``paper_table.csv``, ``runs.csv``, ``scaling.png`` (when a family has several sizes or trained sizes),
+``recall_by_<swept value>.png`` (a one-dimensional sweep); both ``..._on_<test set>.png``, one per test set, when the
+runs were tested on several; each of these for Recall@2 and again for Recall@5 (``..._at5.png``),
 ``recall_by_hops.png`` and
 ``recall_by_n_supporting.png`` (only where it differs from hops; on MuSiQue the two are the same grouping).
 
@@ -53,11 +53,14 @@ def build_report(results_dir: str | os.PathLike[str], out: str | os.PathLike[str
     tests = sorted({r.eval_data for r in rows}) if "eval_data" in keys else [None]
     for metric in METRICS:  # Recall@2 as scaling.png / recall_by_<key>.png, Recall@5 with the suffix _at5
         suffix = "" if metric == METRICS[0] else f"_at{metric.rsplit('@', 1)[1]}"
-        figures[f"scaling{suffix}.png"] = plot_scaling(rows, out / f"scaling{suffix}.png", metric)
-        for eval_data in tests if len(swept) == 1 else []:  # one figure per test set when tested on several
-            name = f"recall_by_{_slug(swept[0])}{'' if eval_data is None else '_on_' + _slug(eval_data)}{suffix}.png"
+        for eval_data in tests:  # one figure per test set when the runs were tested on several
+            on = "" if eval_data is None else f"_on_{_slug(eval_data)}"
             subset = rows if eval_data is None else [r for r in rows if r.eval_data == eval_data]
-            figures[name] = plot_sweep(subset, swept[0], out / name, metric, test_set=eval_data)
+            name = f"scaling{on}{suffix}.png"
+            figures[name] = plot_scaling(subset, out / name, metric, test_set=eval_data)
+            if len(swept) == 1:
+                name = f"recall_by_{_slug(swept[0])}{on}{suffix}.png"
+                figures[name] = plot_sweep(subset, swept[0], out / name, metric, test_set=eval_data)
     for grouping in FIGURE_GROUPINGS:
         figures[f"recall_by_{grouping}.png"] = plot_breakdown(runs, grouping, out / f"recall_by_{grouping}.png")
     drawn = {name: path for name, path in figures.items() if path is not None}

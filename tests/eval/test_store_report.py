@@ -185,6 +185,14 @@ def test_a_capacity_study_of_frozen_layers_plots_recall_against_trained_paramete
              trained=trained)  # fmt: skip
     paths = build_report(tmp_path, tmp_path / "out")
     assert "glm_mpnet_cpu" in figure_labels(paths["scaling.png"])
+    for frozen in (8, 4, 0):  # the same runs also tested on a second set: a figure per set, never one through both
+        _run(tmp_path, f"glm_f{frozen}_on_dev", "glm_mpnet_cpu", 0.6, 0.7, settings={}, params=110_000_000,
+             overrides=[f"model.glm.frozen_layers={frozen}"], trained=85_000_000 >> frozen // 4)  # fmt: skip
+        stored = json.loads((tmp_path / f"glm_f{frozen}_on_dev" / "metrics.json").read_text())
+        stored["run"]["eval_data"] = "2wiki_dev"
+        (tmp_path / f"glm_f{frozen}_on_dev" / "metrics.json").write_text(json.dumps(stored))
+    paths = build_report(tmp_path, tmp_path / "out_two")
+    assert {"scaling_on_musique100.png", "scaling_on_2wiki_dev.png"} <= set(paths) and "scaling.png" not in paths
     (tmp_path / "same").mkdir()
     for frozen in (8, 4):  # trained parameters recorded equal (an older run): nothing to draw against
         _run(tmp_path / "same", f"glm_f{frozen}", "glm_mpnet_cpu", 0.3, 0.5, settings={}, params=110_000_000,
