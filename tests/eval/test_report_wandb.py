@@ -61,7 +61,7 @@ def test_report_logs_figures_and_tables_to_an_offline_run(tmp_path, offline_wand
     (run,) = (offline_wandb / "wandb").glob("offline-run-*")
     assert capsys.readouterr().out.strip().endswith(f"wandb run: {run}")
     pngs = sorted(p.stem for p in (tmp_path / "out").glob("*.png"))
-    assert pngs == ["recall_by_hops", "recall_by_model_max_triplets"]
+    assert pngs == ["recall_by_hops", "recall_by_model_max_triplets", "recall_by_model_max_triplets_at5"]
     images = sorted((run / "files" / "media" / "images").glob("*.png"))
     assert [p.name.rsplit("_", 2)[0] for p in images] == pngs  # <key>_<step>_<hash>.png
     for image in images:
