@@ -244,7 +244,9 @@ def format_study_markdown(runs: Sequence[StoredRun], title: str) -> str:
     with_llm = any(r.fallbacks is not None for r in rows)
     sized = any(r.train_questions is not None for r in rows)
     costed = any(r.cpu_seconds for r in rows)
+    frozen = any(r.num_trainable_parameters not in (None, r.num_parameters) for r in rows)  # issue 52's capacity
     head = ["Run", "System", *heads[: len(keys)], *(["Train q"] if sized else []), "Params"]
+    head += ["Trained params"] if frozen else []
     head += [*(_label(m) for m in METRICS)] + (["ms/q"] if timed else [])
     head += ["CPU min (train + eval)"] if costed else []
     lines += [
@@ -262,9 +264,8 @@ def format_study_markdown(runs: Sequence[StoredRun], title: str) -> str:
         llm = [fallback_cell(r.fallbacks)] if with_llm else []
         size = [MISSING if r.train_questions is None else str(r.train_questions)] if sized else []
         cost = [_cpu_minutes(r.cpu_seconds)] if costed else []
-        lines.append(
-            _md_row([r.run_id, name, *values, *size, _params(r.num_parameters), *scores, *timing, *cost, *llm])
-        )
+        params = [_params(r.num_parameters)] + ([_params(r.num_trainable_parameters)] if frozen else [])
+        lines.append(_md_row([r.run_id, name, *values, *size, *params, *scores, *timing, *cost, *llm]))
 
     if cost := study_cpu_minutes(runs):
         train, evaluation, jobs = cost
@@ -345,13 +346,14 @@ def runs_csv(runs: Sequence[StoredRun]) -> str:
     the system it repeats and its LLM fallbacks (empty for none)."""
     rows, keys = study_rows(runs)
     header = ["run", "system", "reference", "family", "eval_data", *keys, "train_questions", "training_did_not_help"]
-    header += ["num_parameters", "ms_per_question", "cpu_s_train", "cpu_s_evaluation"]
+    header += ["num_parameters", "num_trainable_parameters", "ms_per_question", "cpu_s_train", "cpu_s_evaluation"]
     header += [f"{m}_{part}" for m in METRICS for part in ("mean", "low", "high", "marker")]
     header += ["identical_to", "llm_fallbacks"]
     records = []
     for r in rows:
         rec = [r.run_id, r.system, r.reference, r.family, r.eval_data, *(r.values.get(k, "") for k in keys)]
-        rec += [r.train_questions, r.no_gain if r.reference else None, r.num_parameters, r.ms_per_question]
+        rec += [r.train_questions, r.no_gain if r.reference else None, r.num_parameters, r.num_trainable_parameters]
+        rec += [r.ms_per_question]
         rec += [(r.cpu_seconds or {}).get(k) for k in ("train", "evaluation")]
         for m in METRICS:
             iv = r.overall.get(m)

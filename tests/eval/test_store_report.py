@@ -185,6 +185,10 @@ def test_a_capacity_study_of_frozen_layers_plots_recall_against_trained_paramete
              trained=trained)  # fmt: skip
     paths = build_report(tmp_path, tmp_path / "out")
     assert "glm_mpnet_cpu" in figure_labels(paths["scaling.png"])
+    assert "| glm_f4 | glm_f4 (ref) | 4 | 110.00M | 56.00M |" in paths["report.md"].read_text()  # the x of the figure
+    with paths["runs.csv"].open() as f:
+        assert {r["run"]: r["num_trainable_parameters"] for r in csv.DictReader(f) if r["reference"] == "True"} == {
+            "glm_f8": "28000000", "glm_f4": "56000000", "glm_f0": "85000000"}  # fmt: skip
     for frozen in (8, 4, 0):  # the same runs also tested on a second set: a figure per set, never one through both
         _run(tmp_path, f"glm_f{frozen}_on_dev", "glm_mpnet_cpu", 0.6, 0.7, settings={}, params=110_000_000,
              overrides=[f"model.glm.frozen_layers={frozen}"], trained=85_000_000 >> frozen // 4)  # fmt: skip
