@@ -31,6 +31,13 @@ def test_a_mistyped_nested_key_gets_a_did_you_mean(arg, says, hint):
     assert ("To add a new key on purpose: +" in message) == hint
 
 
+def test_two_mistyped_keys_under_one_node_get_the_message_not_a_traceback():
+    args = ["experiment=demo_2wiki", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1"]
+    message = argument_error(args, "train", "train.py")  # one of the two, with its fix; the other comes next run
+    assert message.startswith("train.py: 'trainer.limit_val_batches=1': 'trainer' has no key 'limit_val_batches'")
+    assert "To add a new key on purpose: +trainer.limit_val_batches=1" in message
+
+
 @pytest.mark.parametrize(
     ("arg", "says"),
     [

@@ -209,7 +209,10 @@ def _composition_error(
     arg = next((a for a, o in overrides if o.key_or_group == key or o.key_or_group.startswith(key + ".")), key)
     parent, _, name = key.rpartition(".")
     others = [a for a, o in overrides if a != arg and not o.key_or_group.startswith("hydra.")]
-    node = OmegaConf.select(compose_config(config_name, others), parent) if parent else compose_config(config_name)
+    try:
+        node = OmegaConf.select(compose_config(config_name, others), parent) if parent else compose_config(config_name)
+    except ConfigCompositionException as e:  # another override is mistyped too: name that one
+        return _composition_error(e, [(a, o) for a, o in overrides if a != arg], config_name, script)
     keys = [str(k) for k in node.keys()] if OmegaConf.is_dict(node) else []
     close = difflib.get_close_matches(name, keys, n=1)
     where = f"'{parent}'" if parent else "the top level"
