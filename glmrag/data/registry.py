@@ -5,7 +5,8 @@ the data folder (:func:`data_dir`). No registered dataset has an official train/
 partition of its questions, so each is split one fixed way by :func:`split_assignment` (a dataset whose
 files carry their own split keeps it). The corpus is always the full corpus; ``limit`` keeps the first N
 questions (file order) of the split. ``musique100`` ships HippoRAG's OpenIE extraction of its corpus,
-decompressed into the cache (``dataset.openie_path``, :func:`read_openie_json`).
+decompressed into the cache (``dataset.openie_path``, read by
+:class:`~glmrag.index.extractors.openie_import.OpenIEImportExtractor`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from glmrag.data.embedded_files import embedded_path, materialize
-from glmrag.data.formats.common import read_json
 from glmrag.data.importers import load_2wiki, load_hipporag, load_linearrag
 from glmrag.data.types import Dataset
 
@@ -170,19 +169,3 @@ def data_dir(root: str | os.PathLike[str] | None = None, spec: DatasetSpec | Non
             f"{spec.files[0].split('/')[0]}/"
         )
     return folder
-
-
-def read_openie_json(dataset: Dataset) -> dict[str, Any]:
-    """The parsed HippoRAG OpenIE JSON of ``dataset`` (``docs[].extracted_entities``/``extracted_triples``).
-
-    Raises ``ValueError`` when the dataset ships no OpenIE file.
-    """
-    if dataset.openie_path is None:
-        raise ValueError(
-            f"dataset {dataset.name!r} has no OpenIE file (openie_path is None); "
-            f"only {', '.join(n for n, s in DATASETS.items() if OPENIE_MUSIQUE in s.files)} ships one"
-        )
-    data = read_json(dataset.openie_path)
-    if not isinstance(data, dict) or not isinstance(data.get("docs"), list):
-        raise ValueError(f"{dataset.openie_path}: not a HippoRAG OpenIE file; expected an object with a 'docs' list")
-    return data

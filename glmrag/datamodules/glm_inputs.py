@@ -4,7 +4,8 @@ The GLM retriever (GLM-RAG Sec. 3) reads, per question, a budgeted subgraph arou
 entities (:func:`glmrag.graph.subgraph.select_subgraph`, GLM-RAG App. B.2) written as a Levi graph
 (:func:`glmrag.graph.levi.layout_subgraph`) or, for the GLM-RAG Table 15 baseline, as linear text
 (:func:`glmrag.graph.levi.linearise_subgraph`). :func:`question_record` stores the compact
-:class:`~glmrag.graph.levi.LeviLayout` of that subgraph (``O(L + S)`` numbers) as one Arrow row;
+:class:`~glmrag.graph.levi.LeviLayout` of that subgraph (``O(L + S)`` numbers) as one record of
+:mod:`~glmrag.datamodules.chunk_records`;
 :class:`GLMCollate` expands each layout into its ``(L, L)`` relative positions and pair kinds
 (:func:`glmrag.graph.levi.graph_positions`) only when a batch is built, so the position mode is a
 collate-time choice and records are shared by both modes.
@@ -23,7 +24,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import torch
 import transformers
 
@@ -41,36 +41,6 @@ from glmrag.index.embed import resolve_model_path
 from glmrag.index.kg import KGIndex
 
 LAYOUTS = ("graph", "linear")
-
-RECORD_SCHEMA = pa.schema(
-    [
-        ("kg", pa.string()),
-        ("question_id", pa.string()),
-        ("input_ids", pa.list_(pa.int32())),
-        ("node_of_token", pa.list_(pa.int32())),
-        ("entity_of_node", pa.list_(pa.int64())),
-        ("triple_nodes", pa.list_(pa.int32())),
-        ("num_question_tokens", pa.int32()),
-        ("linear", pa.bool_()),
-        ("target_nodes", pa.list_(pa.int32())),
-        ("gold", pa.list_(pa.string())),
-        ("question_emb", pa.list_(pa.float32())),
-        ("truncated", pa.bool_()),
-        ("num_triples", pa.int32()),
-        ("num_tokens", pa.int32()),
-    ]
-)
-"""The Arrow schema of a stored record (explicit, so an empty list column keeps its type in every shard)."""
-POSITION_COLUMNS = [("relative_position", pa.list_(pa.int16())), ("kind", pa.list_(pa.int8()))]
-"""Columns a record also carries when its positions are precomputed: the ``(L, L)`` matrices, row-major."""
-
-
-def record_schema(precomputed: bool) -> pa.Schema:
-    """:data:`RECORD_SCHEMA`, with :data:`POSITION_COLUMNS` when positions are stored."""
-    schema = RECORD_SCHEMA
-    for name, kind in POSITION_COLUMNS if precomputed else []:
-        schema = schema.append(pa.field(name, kind))
-    return schema
 
 
 def load_tokenizer(name: str):
@@ -129,7 +99,7 @@ class SubgraphSettings:
 
     def key(self, precompute: bool = False) -> str:
         """A readable cache key of everything a stored record depends on, e.g. ``h2-t600-graph-text-eos-last-s0``;
-        ``precompute``: the records store their positions (:data:`POSITION_COLUMNS`), so the mode is in the key."""
+        ``precompute``: the records store their positions, so the mode is in the key."""
         text = "text" if self.use_text else "notext"
         eos = "eos" if self.question_eos else "noeos"
         stored = f"-pos-{self.position_mode}" if precompute else ""
@@ -154,12 +124,12 @@ def question_record(
     question_emb: np.ndarray,
     precompute: bool = False,
 ) -> dict[str, Any]:
-    """The stored record of ``question``: its subgraph's layout, targets and gold, as one Arrow row.
+    """The stored record of ``question``: its subgraph's layout, targets and gold.
 
     ``target_nodes`` are the entity nodes whose entity is mentioned in a gold supporting passage
     (``index.entities_of_passages``, GFM-RAG's targets) and lies in the subgraph. ``triple_nodes`` is the
-    ``(S, 3)`` array flattened row-major. The columns and dtypes are :data:`RECORD_SCHEMA`'s, and with
-    ``precompute`` also :data:`POSITION_COLUMNS`.
+    ``(S, 3)`` array flattened row-major. With ``precompute`` the record also holds the ``(L, L)`` relative
+    positions (int16) and pair kinds (int8), row-major.
     """
     emb = np.asarray(question_emb, dtype=np.float32)
     if emb.ndim != 1:
@@ -197,7 +167,7 @@ def question_record(
 
 
 def record_layout(record: Mapping[str, Any]) -> LeviLayout:
-    """The :class:`LeviLayout` a record was made from (lists or arrays, as Arrow or :func:`question_record` give)."""
+    """The :class:`LeviLayout` a record was made from (lists or arrays)."""
     return LeviLayout(
         input_ids=np.asarray(record["input_ids"], dtype=np.int64),
         node_of_token=np.asarray(record["node_of_token"], dtype=np.int64),
@@ -292,7 +262,7 @@ class GLMCollate:
                 kind_out[...] = np.asarray(record["kind"]).reshape(n_tok, n_tok)
             else:
                 graph_positions(layout, self.position_mode, self.position_conflict, out=(position_out, kind_out))
-            # Copied through NumPy views: streamed records are read-only Arrow views, which torch refuses to wrap.
+            # Copied through NumPy views: streamed records may be read-only arrays, which torch refuses to wrap.
             input_ids[row, :n_tok].numpy()[...] = layout.input_ids
             token_mask[row, :n_tok] = True
             question_mask[row, layout.num_graph_tokens : n_tok] = True

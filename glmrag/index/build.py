@@ -329,8 +329,3 @@ def assemble_index(
     return KGIndex(
         entities, relations, triples, corpus.ids, entity_passages, emb, question_links, manifest, passage_facts
     )
-
-
-def supporting_entities(index: KGIndex, question: Question) -> list[int]:
-    """Sorted ids of the entities of the question's gold supporting passages (GFM-RAG's training targets)."""
-    return index.entities_of_passages(list(question.supporting))

@@ -1,4 +1,4 @@
-"""The dataset registry, its splits, the embedded files and the OpenIE helper."""
+"""The dataset registry, its splits, the embedded files and the OpenIE file musique100 ships."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from glmrag.data.registry import (
     DEFAULT_DATASET,
     default_data_dir,
     load_dataset,
-    read_openie_json,
     split_assignment,
 )
+from glmrag.index.cache import make_extractor
 
 SHARED = default_data_dir()
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared data not found at {SHARED}")
@@ -39,16 +39,18 @@ def test_musique100_with_openie():
     assert (ds.name, len(ds.qa), len(ds.corpus)) == ("musique100", 100, 1890)
     assert Counter(q.hops for q in ds.qa) == {2: 68, 3: 27, 4: 5}
     assert ds.openie_path is not None and ds.openie_path.endswith(".json")
-    openie = read_openie_json(ds)
-    assert len(openie["docs"]) == 1890
-    assert sum(len(d["extracted_triples"]) for d in openie["docs"]) == 17419
-    assert [d["title"] for d in openie["docs"]] == [p.title for p in ds.corpus]  # same order as the corpus
+    extractor = make_extractor("openie", ds)
+    extractions = extractor.extract(ds.corpus)  # every corpus passage has its doc, or this raises
+    assert [e.passage_id for e in extractions] == [p.id for p in ds.corpus]
+    assert extractor.report["docs"] == 1890 and extractor.report["docs_not_in_corpus"] == 0
+    # HippoRAG's file holds 17,419 triples; 185 of them have not three parts and are dropped
+    assert sum(len(e.triples) for e in extractions) == extractor.report["triples"] == 17234
+    assert extractor.report["triples_bad_length"] == 185
 
 
-def test_read_openie_json_without_openie():
-    ds = load_dataset("toy")
-    with pytest.raises(ValueError, match="dataset 'toy' has no OpenIE file"):
-        read_openie_json(ds)
+def test_a_dataset_without_openie_asks_for_another_extractor():
+    with pytest.raises(ValueError, match="dataset toy ships no OpenIE file; use index.extractor=spacy"):
+        make_extractor("openie", load_dataset("toy"))
 
 
 def test_splits_are_60_20_20_disjoint_and_keep_the_full_corpus():

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
 import pytest
 import torch
 
 from glmrag.data.types import Question
 from glmrag.datamodules.glm_inputs import (
-    RECORD_SCHEMA,
     GLMCollate,
     SubgraphSettings,
     load_tokenizer,
     question_record,
     record_layout,
-    record_schema,
 )
 from glmrag.graph.levi import graph_positions, layout_subgraph, linearise_subgraph
 from glmrag.graph.subgraph import select_subgraph
@@ -92,14 +89,6 @@ def test_record_holds_the_subgraph_layout_and_exactly_the_supporting_entities_pr
 
     three_hops = question_record(chain, question(), "toy", tok, SubgraphSettings(max_hops=3), EMB)
     assert sorted(three_hops["entity_of_node"][three_hops["target_nodes"]].tolist()) == [2, 3]
-
-
-def test_record_survives_an_arrow_round_trip(chain, tok):
-    record = question_record(chain, question(), "toy", tok, SubgraphSettings(), EMB)
-    (back,) = pa.Table.from_pylist([record], schema=RECORD_SCHEMA).to_pylist()
-    assert_same_layout(record_layout(back), record_layout(record))
-    assert back["target_nodes"] == record["target_nodes"].tolist() and back["gold"] == ["p1", "p2"]
-    np.testing.assert_array_equal(np.asarray(back["question_emb"], np.float32), EMB)
 
 
 def test_linear_and_textless_and_seedless_records(chain, tok):
@@ -191,9 +180,8 @@ def test_precomputed_positions_collate_to_the_same_batch(chain, tok, mode):
     stored = question_record(chain, question(), "toy", tok, settings, EMB, precompute=True)
     plain = question_record(chain, question(), "toy", tok, SubgraphSettings(position_mode=mode), EMB)
     assert stored["relative_position"].dtype == np.int16 and stored["kind"].dtype == np.int8
-    (back,) = pa.Table.from_pylist([stored], schema=record_schema(True)).to_pylist()  # through Arrow
     position, kind = graph_positions(record_layout(plain), mode)
-    np.testing.assert_array_equal(np.asarray(back["relative_position"]), position.reshape(-1))
-    computed, copied = GLMCollate(mode)([plain]), GLMCollate(mode)([back])
+    np.testing.assert_array_equal(stored["relative_position"], position.reshape(-1))
+    computed, copied = GLMCollate(mode)([plain]), GLMCollate(mode)([stored])
     for name in ("relative_position", "kind", "input_ids"):
         torch.testing.assert_close(copied[name], computed[name], rtol=0, atol=0)

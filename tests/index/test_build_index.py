@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from glmrag.data.types import Corpus, Passage, QASet, Question
-from glmrag.index.build import IndexSettings, build_index, expected_manifest, number_groups, supporting_entities
+from glmrag.index.build import IndexSettings, build_index, expected_manifest, number_groups
 from glmrag.index.embed import Embedder
 from glmrag.index.extractors import Extractor, OpenIEImportExtractor, PassageExtraction, SpacyExtractor
 from glmrag.index.kg import SYNONYM_RELATION
@@ -100,8 +100,7 @@ def test_passage_entity_map_has_extracted_entities_and_triple_endpoints(index):
     names = lambda pid: {index.entities[e] for e in index.entities_of_passages([pid])}  # noqa: E731
     assert names(P1.id) == {"thomas sudhof", "professor", "stanford university"}
     assert names(P3.id) == {"banana", "fruit"}
-    assert supporting_entities(index, Q1) == index.entities_of_passages([P1.id, P2.id])
-    assert supporting_entities(index, Q2) == []
+    assert index.entities_of_passages(list(Q2.supporting)) == []  # no gold passage, no target
 
 
 def test_passage_fact_map_counts_each_passages_normalised_facts(index):
@@ -247,7 +246,7 @@ def test_musique_index_from_openie(embedder):
     counts = index.manifest["counts"]
     assert counts["passages"] == 1890 and counts["questions_linked"] == 100
     assert 15_000 < counts["entities"] < 25_000 and counts["extracted_triples"] > 16_000
-    assert all(supporting_entities(index, q) for q in questions)
+    assert all(index.entities_of_passages(list(q.supporting)) for q in questions)
 
 
 @pytest.mark.parametrize("seed", range(5))
